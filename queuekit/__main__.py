@@ -1,0 +1,5 @@
+import sys
+
+from queuekit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,105 @@
+"""Every error queuekit raises.
+
+Each specific error also subclasses the built-in or TensorFlow error a caller
+would naturally catch, so existing ``except`` clauses keep working: a loop
+written as ``except tf.errors.OutOfRangeError:`` still ends on
+:class:`EndOfData`, and ``except FileNotFoundError:`` still catches a missing
+input.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+__all__ = [
+    "QueuekitError",
+    "EndOfData",
+    "PipelineStalled",
+    "ShutdownTimeout",
+    "DatasetError",
+    "InputNotFound",
+    "CorruptRecordError",
+    "ImageDecodeError",
+    "OutputExistsError",
+]
+
+
+class QueuekitError(Exception):
+    """Base class of every queuekit error."""
+
+
+class EndOfData(QueuekitError, tf.errors.OutOfRangeError):
+    """The input pipeline is exhausted: every queue feeding the run is closed and empty.
+
+    Subclasses :class:`tf.errors.OutOfRangeError`, so hand-written loops that
+    catch that keep working unchanged.
+    """
+
+    def __init__(self, message: str = "input exhausted (end of data)"):
+        tf.errors.OutOfRangeError.__init__(self, None, None, message)
+
+
+class PipelineStalled(QueuekitError, TimeoutError):
+    """A run was blocked longer than ``stall_timeout_secs`` with no input progress.
+
+    Attributes:
+        seconds: how long the run had been blocked.
+        queue_stats: the :class:`~queuekit.QueueStat` of every runner queue at that time.
+        live_threads: how many runner threads were still alive.
+    """
+
+    def __init__(self, message: str, *, seconds: float, queue_stats, live_threads: int):
+        super().__init__(message)
+        self.seconds = seconds
+        self.queue_stats = list(queue_stats)
+        self.live_threads = live_threads
+
+
+class ShutdownTimeout(QueuekitError, TimeoutError):
+    """Runner threads did not stop within ``stop_grace_secs``.
+
+    Attributes:
+        thread_names: names of the threads still alive.
+    """
+
+    def __init__(self, message: str, *, thread_names):
+        super().__init__(message)
+        self.thread_names = list(thread_names)
+
+
+class DatasetError(QueuekitError, ValueError):
+    """The input data is not what was expected (names the path and what is wrong)."""
+
+
+class InputNotFound(QueuekitError, FileNotFoundError):
+    """A file, folder or glob the caller named does not exist or matches nothing."""
+
+
+class CorruptRecordError(QueuekitError, tf.errors.DataLossError):
+    """A TFRecord file is corrupt or truncated.
+
+    Attributes:
+        path: the file.
+        index: index of the first bad record in that file.
+        offset: byte offset of that record.
+        reason: what is wrong (``bad length CRC``, ``bad data CRC``, ``truncated``...).
+    """
+
+    def __init__(self, path: str, index: int, offset: int, reason: str):
+        message = f"{path}: record {index} at byte offset {offset}: {reason}"
+        tf.errors.DataLossError.__init__(self, None, None, message)
+        self.path = path
+        self.index = index
+        self.offset = offset
+        self.reason = reason
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.index, self.offset, self.reason))
+
+
+class ImageDecodeError(QueuekitError, ValueError):
+    """An image file cannot be read or decoded (names the file and why)."""
+
+
+class OutputExistsError(QueuekitError, FileExistsError):
+    """An output already exists and ``overwrite`` was not given."""

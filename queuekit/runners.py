@@ -1,0 +1,261 @@
+"""Runner threads: one per enqueue op of every ``QueueRunner`` in a graph.
+
+This mirrors ``QueueRunner._run`` in TensorFlow's ``queue_runner_impl.py`` (a
+cached callable per enqueue op; the last thread of a runner to see its input
+closed closes the runner's queue) with what queuekit needs on top: named
+threads, the first error kept together with the thread and queue it came from,
+a progress clock for stall detection, and closing *every* queue of the graph
+when the pipeline must stop, so nothing stays blocked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+
+import tensorflow as tf
+
+log = logging.getLogger(__name__)
+
+_QUEUE_OPS = ("FIFOQueueV2", "RandomShuffleQueueV2", "PaddingFIFOQueueV2", "PriorityQueueV2")
+# Small ops (close, size) get a deadline so a starved inter-op pool cannot block shutdown.
+_SMALL_OP_TIMEOUT_MS = 2000
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueStat:
+    """One queue fed by a runner: its size now and its capacity.
+
+    ``size`` and ``closed`` are None when they could not be read in time;
+    ``capacity`` is None for an unbounded queue.
+    """
+
+    name: str
+    size: int | None
+    capacity: int | None
+    closed: bool | None
+
+    @property
+    def fill(self) -> float | None:
+        """size / capacity, or None when either is unknown."""
+        if self.size is None or not self.capacity:
+            return None
+        return self.size / self.capacity
+
+    def __str__(self) -> str:
+        size = "?" if self.size is None else self.size
+        cap = "unbounded" if self.capacity is None else self.capacity
+        state = " closed" if self.closed else ""
+        return f"{self.name} {size}/{cap}{state}"
+
+
+@dataclasses.dataclass
+class RunnerFailure:
+    """The first exception a runner thread raised, and where."""
+
+    exception: BaseException
+    thread_name: str
+    queue_name: str
+
+
+class RunnerSet:
+    """Starts, watches, stops and joins the runner threads of one session."""
+
+    def __init__(self, session: tf.compat.v1.Session, coord: tf.compat.v1.train.Coordinator):
+        self._sess = session
+        self._coord = coord
+        self._lock = threading.Lock()
+        self._started: set[int] = set()  # id() of every QueueRunner already started
+        self._live: dict[int, int] = {}  # id(QueueRunner) -> its threads still running
+        self._stats_ops: list = []  # (name, capacity, size tensor, closed tensor)
+        self._drains: list = []  # (size tensor, min_after_dequeue, dequeue op, count placeholder)
+        self._cancel_ops: dict[str, tf.Operation] = {}  # queue op name -> close(cancel=True)
+        self._seen_ops = 0
+        self.threads: list[threading.Thread] = []
+        self.failure: RunnerFailure | None = None
+        # monotonic time of the last completed enqueue: "is the input moving?"
+        self.last_progress = time.monotonic()
+        self._cancelled = False
+
+    # -- building ------------------------------------------------------------
+    def prepare(self, graph: tf.Graph, runners) -> None:
+        """Create the close and size ops for queues not seen yet (main thread, before start)."""
+        ops = graph.get_operations()
+        new_ops = ops[self._seen_ops:]
+        self._seen_ops = len(ops)
+        for qr in runners:
+            if id(qr) in self._started:
+                continue
+            self._cancel_ops[qr.queue.queue_ref.op.name] = qr.cancel_op
+            if not graph.finalized:
+                with graph.as_default(), tf.name_scope("queuekit"):
+                    size = qr.queue.size()
+                    self._stats_ops.append((
+                        _queue_name(qr), _capacity(qr.queue.queue_ref.op),
+                        size, qr.queue.is_closed()))
+                    self._drains.append(_drain_ops(qr.queue, size))
+        if graph.finalized:
+            return
+        # Queues nobody feeds block a run just as well: close them too on stop.
+        for op in new_ops:
+            if op.type in _QUEUE_OPS and op.name not in self._cancel_ops:
+                with graph.as_default(), tf.name_scope("queuekit"):
+                    self._cancel_ops[op.name] = tf.raw_ops.QueueCloseV2(
+                        handle=op.outputs[0], cancel_pending_enqueues=True)
+        self._seen_ops = len(graph.get_operations())
+
+    def start(self, runners) -> None:
+        """Start one named daemon thread per enqueue op of each runner not started yet."""
+        for qr in runners:
+            if id(qr) in self._started:
+                continue
+            self._started.add(id(qr))
+            self._live[id(qr)] = len(qr.enqueue_ops)
+            for i, op in enumerate(qr.enqueue_ops):
+                name = f"queuekit-runner-{_queue_name(qr)}-{i}"
+                t = threading.Thread(target=self._run, args=(qr, op, name), name=name, daemon=True)
+                self.threads.append(t)
+                t.start()
+
+    # -- the thread ----------------------------------------------------------
+    def _run(self, qr, enqueue_op, name: str) -> None:
+        closed_cleanly = False
+        try:
+            enqueue = self._sess.make_callable(enqueue_op)
+            while not self._coord.should_stop():
+                try:
+                    enqueue()
+                except qr.queue_closed_exception_types:
+                    # Our input is exhausted: the last thread of this runner closes its queue,
+                    # so the consumer sees end of data once the queue is drained.
+                    with self._lock:
+                        self._live[id(qr)] -= 1
+                        closed_cleanly = True
+                        last = self._live[id(qr)] == 0
+                    if last:
+                        self._run_quietly(qr.close_op)
+                    return
+                self.last_progress = time.monotonic()
+        except Exception as e:  # noqa: BLE001 - every runner error must reach the caller
+            if self._coord.should_stop() and isinstance(
+                    e, (tf.errors.CancelledError, tf.errors.OutOfRangeError)):
+                return  # woken by our own shutdown: not an error
+            self._fail(e, name, _queue_name(qr))
+        finally:
+            if not closed_cleanly:
+                with self._lock:
+                    self._live[id(qr)] -= 1
+
+    def _fail(self, exc: BaseException, thread_name: str, queue_name: str) -> None:
+        with self._lock:
+            first = self.failure is None
+            if first:
+                exc.add_note(f"queuekit: raised in runner thread {thread_name!r} "
+                             f"feeding queue {queue_name!r}")
+                self.failure = RunnerFailure(exc, thread_name, queue_name)
+        if first:
+            log.debug("runner %s failed: %r", thread_name, exc)
+            self._coord.request_stop(exc)
+            self.cancel()  # wake every consumer now, so the error is seen at once
+
+    # -- stopping ------------------------------------------------------------
+    def drain(self, seconds: float) -> None:
+        """Make room in full queues so runners blocked in an enqueue finish and see the stop.
+
+        Cancelling a blocked enqueue works too, but TF's C++ code then logs
+        "Local rendezvous is aborting with status: CANCELLED: Enqueue operation
+        was cancelled" for every such step. Call after ``request_stop``; what
+        is still blocked after ``seconds`` (an empty upstream) is left to
+        :meth:`cancel`. The elements taken out are dropped: the caller stopped.
+        """
+        deadline = time.monotonic() + seconds
+        options = tf.compat.v1.RunOptions(timeout_in_ms=_SMALL_OP_TIMEOUT_MS)
+        while self.live_count() and time.monotonic() < deadline and self._drains:
+            try:
+                sizes = self._sess.run([d[0] for d in self._drains], options=options)
+                for (_, min_after, dequeue, count), size in zip(self._drains, sizes):
+                    n = int(size) - min_after  # a shuffle queue will not go below min_after
+                    if n <= 0:
+                        continue
+                    if count is None:
+                        for _ in range(n):
+                            self._sess.run(dequeue, options=options)
+                    else:
+                        self._sess.run(dequeue, {count: n}, options=options)
+            except tf.errors.OpError as e:
+                log.debug("drain stopped: %r", e)
+                return
+            for t in self.threads:
+                t.join(0.005)
+
+    def cancel(self) -> None:
+        """Close every queue with ``cancel_pending_enqueues=True``; idempotent."""
+        with self._lock:
+            ops = list(self._cancel_ops.values())
+            self._cancelled = True
+        for op in ops:
+            self._run_quietly(op)
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def _run_quietly(self, op) -> None:
+        try:
+            self._sess.run(op, options=tf.compat.v1.RunOptions(timeout_in_ms=_SMALL_OP_TIMEOUT_MS))
+        except Exception as e:  # noqa: BLE001 - closing an already closed or dead queue
+            log.debug("ignored while closing %s: %r", getattr(op, "name", op), e)
+
+    def join(self, timeout: float) -> list[str]:
+        """Join every thread within ``timeout`` seconds in all; names of those still alive."""
+        deadline = time.monotonic() + timeout
+        for t in self.threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return [t.name for t in self.threads if t.is_alive()]
+
+    # -- looking -------------------------------------------------------------
+    def live_count(self) -> int:
+        return sum(t.is_alive() for t in self.threads)
+
+    def stats(self) -> list[QueueStat]:
+        """Size and capacity of every runner queue, read with a deadline."""
+        if not self._stats_ops:
+            return []
+        fetch = [(s, c) for _, _, s, c in self._stats_ops]
+        try:
+            values = self._sess.run(
+                fetch, options=tf.compat.v1.RunOptions(timeout_in_ms=_SMALL_OP_TIMEOUT_MS))
+        except Exception:  # noqa: BLE001 - a starved or closed session: sizes unknown
+            values = [(None, None)] * len(fetch)
+        return [QueueStat(name, None if size is None else int(size), cap,
+                          None if closed is None else bool(closed))
+                for (name, cap, _, _), (size, closed) in zip(self._stats_ops, values)]
+
+
+def _drain_ops(queue, size):
+    """A dequeue that takes ``count`` elements at once where the queue's shapes allow it."""
+    try:
+        min_after = int(queue.queue_ref.op.get_attr("min_after_dequeue"))
+    except ValueError:
+        min_after = 0
+    shapes = queue.shapes or []
+    if shapes and all(s.is_fully_defined() for s in shapes):
+        count = tf.compat.v1.placeholder(tf.int32, [], name="drain_count")
+        out = queue.dequeue_up_to(count)
+    else:
+        count, out = None, queue.dequeue()
+    return size, min_after, tf.nest.flatten(out)[0].op, count
+
+
+def _queue_name(qr) -> str:
+    return qr.queue.queue_ref.op.name  # with its name scope: "batch/fifo_queue"
+
+
+def _capacity(queue_op: tf.Operation) -> int | None:
+    try:
+        cap = queue_op.get_attr("capacity")
+    except ValueError:
+        return None
+    return None if cap < 0 else int(cap)

@@ -1,0 +1,22 @@
+import threading
+
+import pytest
+
+_OURS = ("queuekit-", "QueueRunnerThread")
+
+
+def _ours():
+    return [t for t in threading.enumerate() if t.name.startswith(_OURS) and t.is_alive()]
+
+
+@pytest.fixture(autouse=True)
+def no_thread_left_behind():
+    """Fail any test that leaves a queuekit or TF queue-runner thread alive."""
+    before = set(_ours())
+    yield
+    left = [t for t in _ours() if t not in before]
+    # A thread that is already finishing gets a tiny grace; a leaked one does not end.
+    for t in left:
+        t.join(0.5)
+    alive = [t.name for t in left if t.is_alive()]
+    assert not alive, f"threads left alive: {alive}"

@@ -1,0 +1,39 @@
+"""Small builders shared by the tests."""
+
+import os
+import signal
+import subprocess
+import sys
+
+import tensorflow as tf
+
+v1 = tf.compat.v1
+
+
+def write_id_records(path, n, *, start=0):
+    """A TFRecord file of n records whose ``id`` feature is start..start+n-1."""
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for i in range(start, start + n):
+            ex = tf.train.Example(features=tf.train.Features(feature={
+                "id": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])),
+                "payload": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"x" * 100])),
+            }))
+            w.write(ex.SerializeToString())
+    return str(path)
+
+
+def id_reader_batch(files, *, batch_size=8, num_threads=1, num_epochs=1):
+    """The hand-written TF1 pipeline: producer -> TFRecordReader -> parse -> batch."""
+    fq = v1.train.string_input_producer(files, num_epochs=num_epochs, shuffle=False)
+    _, ser = v1.TFRecordReader().read(fq)
+    feats = tf.io.parse_single_example(ser, {"id": tf.io.FixedLenFeature([], tf.int64)})
+    return v1.train.batch([feats["id"]], batch_size=batch_size, num_threads=num_threads,
+                          allow_smaller_final_batch=True)
+
+
+def run_script(code, *args, timeout=60, **kw):
+    """Run ``code`` in a fresh Python with SIGINT at its default (a CI shell may ignore it)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        env={**os.environ, "PYTHONUNBUFFERED": "1"}, **kw)

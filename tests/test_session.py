@@ -1,0 +1,333 @@
+"""QueueSession on real TF sessions, real files and real threads."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import queuekit as qk
+from tests.helpers import id_reader_batch, v1, write_id_records
+
+
+def _range_batches(n, *, batch_size=7, num_threads=1):
+    x = v1.train.range_input_producer(n, num_epochs=1, shuffle=False).dequeue()
+    return v1.train.batch([x], batch_size=batch_size, num_threads=num_threads,
+                          allow_smaller_final_batch=True)
+
+
+def test_iterate_ends_cleanly_with_one_runner_thread():
+    """iterate() yields every element in order, then returns at end of data."""
+    with qk.QueueSession() as qs:
+        x = v1.train.range_input_producer(20, num_epochs=1, shuffle=False).dequeue()
+        assert [int(v) for v in qs.iterate(x)] == list(range(20))
+        assert qs.should_stop()
+
+
+def test_end_of_data_is_an_out_of_range_error():
+    """run() raises EndOfData, which old `except OutOfRangeError` loops still catch."""
+    with qk.QueueSession() as qs:
+        x = v1.train.range_input_producer(3, num_epochs=1, shuffle=False).dequeue()
+        got = []
+        try:
+            while True:
+                got.append(int(qs.run(x)))
+        except tf.errors.OutOfRangeError as e:
+            assert isinstance(e, qk.EndOfData) and isinstance(e, qk.QueuekitError)
+        assert got == [0, 1, 2]
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_every_record_exactly_once(tmp_path, threads):
+    """num_epochs=1 over TFRecords delivers each record once, whatever the thread count."""
+    files = [write_id_records(tmp_path / f"{k}.tfrecords", 50, start=50 * k) for k in range(3)]
+    with qk.QueueSession() as qs:
+        batch = id_reader_batch(files, batch_size=16, num_threads=threads)
+        ids = np.concatenate(list(qs.iterate(batch)))
+    assert sorted(ids.tolist()) == list(range(150))
+
+
+def test_end_of_data_escaping_the_body_is_a_clean_end():
+    """An EndOfData the body does not catch ends the block like MonitoredSession does."""
+    with qk.QueueSession() as qs:
+        x = v1.train.range_input_producer(2, num_epochs=1, shuffle=False).dequeue()
+        while True:
+            qs.run(x)
+    assert qs.should_stop()
+
+
+def _corrupt(path, offset):
+    data = bytearray(open(path, "rb").read())
+    data[offset] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+
+
+def test_corrupt_record_raises_data_loss_not_a_short_epoch(tmp_path):
+    """A bad CRC in the middle of a file surfaces as DataLossError, not as end of data."""
+    path = write_id_records(tmp_path / "bad.tfrecords", 100)
+    _corrupt(path, len(open(path, "rb").read()) // 2)
+    got = []
+    with pytest.raises(tf.errors.DataLossError) as info:
+        with qk.QueueSession() as qs:
+            for b in qs.iterate(id_reader_batch([path], batch_size=4)):
+                got.extend(b.tolist())
+    assert len(got) < 100
+    assert not isinstance(info.value, qk.EndOfData)
+    notes = " ".join(getattr(info.value, "__notes__", []))
+    assert "queuekit-runner-batch" in notes and "batch/fifo_queue" in notes
+
+
+def test_truncated_file_raises_data_loss(tmp_path):
+    """A file cut in the middle of its last record is an error, not a clean end."""
+    path = write_id_records(tmp_path / "cut.tfrecords", 30)
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[:-20])
+    with pytest.raises(tf.errors.DataLossError):
+        with qk.QueueSession() as qs:
+            for _ in qs.iterate(id_reader_batch([path], batch_size=4)):
+                pass
+
+
+def _failing_after(n, exc_type, wrapper):
+    calls = {"n": 0}
+
+    def f():
+        calls["n"] += 1
+        if calls["n"] > n:
+            raise exc_type("boom from user code")
+        return np.int64(calls["n"])
+
+    if wrapper == "py_function":
+        v = tf.py_function(f, [], tf.int64)
+    else:
+        v = tf.numpy_function(f, [], tf.int64)
+    v.set_shape([])
+    q = tf.queue.FIFOQueue(100, tf.int64, shapes=[[]])
+    v1.train.add_queue_runner(v1.train.QueueRunner(q, [q.enqueue(v)]))
+    return q.dequeue()
+
+
+@pytest.mark.parametrize("wrapper", ["py_function", "numpy_function"])
+def test_python_error_in_runner_reaches_the_caller(wrapper):
+    """An exception in a runner's py_function/numpy_function is raised by run(), with its text."""
+    with pytest.raises(tf.errors.OpError) as info:
+        with qk.QueueSession() as qs:
+            x = _failing_after(3, ValueError, wrapper)
+            for _ in range(10):
+                qs.run(x)
+    assert not isinstance(info.value, tf.errors.OutOfRangeError)
+    assert "boom from user code" in str(info.value)
+
+
+def test_bad_image_in_runner_is_invalid_argument():
+    """A decode error in a runner thread keeps its type (InvalidArgumentError)."""
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        with qk.QueueSession() as qs:
+            junk = v1.train.string_input_producer([b"not a jpeg"], num_epochs=1).dequeue()
+            img = tf.io.decode_jpeg(junk, channels=3)
+            b = v1.train.batch([tf.image.resize(img, [4, 4])], batch_size=1)
+            for _ in qs.iterate(b):
+                pass
+
+
+def test_runner_error_raised_on_exit_when_no_run_comes():
+    """A runner that fails after the last run still fails the with block."""
+    with pytest.raises(tf.errors.OpError, match="boom"):
+        with qk.QueueSession() as qs:
+            x = _failing_after(1, ValueError, "py_function")
+            qs.run(x)
+            assert qs.coordinator.wait_for_stop(10)
+
+
+def test_error_given_to_request_stop_is_raised():
+    """request_stop(exc) makes the next run raise exc."""
+    with qk.QueueSession() as qs:
+        x = v1.train.range_input_producer(10, shuffle=False).dequeue()
+        qs.run(x)
+        with pytest.raises(KeyError):
+            qs.request_stop(KeyError("mine"))
+            qs.run(x)
+
+
+def test_stall_when_upstream_queue_is_never_fed():
+    """A run blocked on a dead upstream raises PipelineStalled naming queues and threads."""
+    with pytest.raises(qk.PipelineStalled) as info:
+        with qk.QueueSession(stall_timeout_secs=0.5) as qs:
+            nobody = tf.queue.FIFOQueue(4, tf.int64, name="nobody_feeds_me")
+            q = tf.queue.FIFOQueue(4, tf.int64, name="fed")
+            v1.train.add_queue_runner(v1.train.QueueRunner(q, [q.enqueue(nobody.dequeue())]))
+            qs.run(q.dequeue())
+    err = info.value
+    assert isinstance(err, TimeoutError)
+    assert err.live_threads == 1 and err.seconds >= 0.5
+    assert [s.name for s in err.queue_stats] == ["fed"]
+    assert "fed 0/4" in str(err)
+
+
+def test_stall_on_a_queue_without_any_runner():
+    """A dequeue from a queue nobody feeds, with no runners at all, does not hang."""
+    with pytest.raises(qk.PipelineStalled):
+        with qk.QueueSession(stall_timeout_secs=0.3) as qs:
+            qs.run(tf.queue.FIFOQueue(1, tf.int64).dequeue())
+
+
+def test_long_step_with_full_queues_is_not_a_stall():
+    """A step slower than the stall timeout is fine while its input queue is full."""
+    def slow(v):
+        threading.Event().wait(1.2)  # a simulated slow training step
+        return v
+
+    with qk.QueueSession(stall_timeout_secs=0.3) as qs:
+        x = v1.train.range_input_producer(1000, capacity=4, shuffle=False).dequeue()
+        step = tf.py_function(slow, [x], tf.int32)
+        assert int(qs.run(step)) == 0
+        assert int(qs.run(x)) == 1
+
+
+def test_keyboard_interrupt_in_body_stops_every_thread():
+    """Ctrl-C raised from the loop body propagates unchanged and joins the threads."""
+    with pytest.raises(KeyboardInterrupt):
+        with qk.QueueSession() as qs:
+            x = v1.train.batch([v1.train.range_input_producer(10).dequeue()], 2, num_threads=3)
+            for i, _ in enumerate(qs.iterate(x)):
+                if i == 2:
+                    raise KeyboardInterrupt
+    assert all(not t.is_alive() for t in qs.threads)
+
+
+def test_body_error_is_not_masked_by_shutdown():
+    """The body's own exception comes out unchanged even with blocked runners."""
+    with pytest.raises(ZeroDivisionError):
+        with qk.QueueSession() as qs:
+            qs.run(v1.train.batch([v1.train.range_input_producer(10).dequeue()], 2, num_threads=2))
+            1 / 0
+
+
+def test_stuck_runner_is_named_in_shutdown_timeout():
+    """A runner stuck in user code past stop_grace_secs is reported by name."""
+    release = threading.Event()
+    entered = threading.Event()
+
+    def block():
+        entered.set()
+        release.wait(30)
+        return np.int64(1)
+
+    qs = qk.QueueSession(stop_grace_secs=0.2)
+    try:
+        with pytest.raises(qk.ShutdownTimeout) as info:
+            with qs:
+                v = tf.py_function(block, [], tf.int64)
+                q = tf.queue.FIFOQueue(2, tf.int64, shapes=[[]], name="slowq")
+                v1.train.add_queue_runner(v1.train.QueueRunner(q, [q.enqueue(v)]))
+                qs.run(q.size())
+                assert entered.wait(10)
+        assert info.value.thread_names == ["queuekit-runner-slowq-0"]
+    finally:
+        release.set()
+        for t in qs.threads:
+            t.join(10)
+
+
+def test_hooks_are_called_like_monitored_session():
+    """begin, after_create_session, before/after_run and end come in order; stop is honoured."""
+    calls = []
+
+    class Recorder(v1.train.SessionRunHook):
+        def begin(self):
+            calls.append("begin")
+            self.step = tf.constant(42)
+
+        def after_create_session(self, session, coord):
+            calls.append("after_create_session")
+
+        def before_run(self, run_context):
+            calls.append("before_run")
+            return v1.train.SessionRunArgs(self.step)
+
+        def after_run(self, run_context, run_values):
+            calls.append(("after_run", int(run_values.results)))
+            if calls.count("before_run") == 3:
+                run_context.request_stop()
+
+        def end(self, session):
+            calls.append("end")
+
+    with qk.QueueSession(hooks=[Recorder()]) as qs:
+        x = v1.train.range_input_producer(100, shuffle=False).dequeue()
+        got = [int(v) for v in qs.iterate(x)]
+    assert got == [0, 1, 2]
+    assert calls == ["begin", "after_create_session"] + ["before_run", ("after_run", 42)] * 3 + [
+        "end"]
+
+
+def test_stop_at_step_hook_moves_over_unchanged():
+    """A StopAtStepHook-driven loop stops at its last step."""
+    with qk.QueueSession(hooks=[v1.train.StopAtStepHook(last_step=5)]) as qs:
+        gs = v1.train.get_or_create_global_step()
+        x = v1.train.range_input_producer(100, shuffle=False).dequeue()
+        train = v1.assign_add(gs, 1)
+        steps = [int(s) for s, _ in qs.iterate([train, x])]
+    assert steps == [1, 2, 3, 4, 5]
+
+
+def test_runner_added_after_first_run_starts_on_next_run():
+    """Queue runners added after the first run are started by the next one."""
+    with qk.QueueSession() as qs:
+        a = v1.train.range_input_producer(5, num_epochs=1, shuffle=False).dequeue()
+        assert int(qs.run(a)) == 0
+        b = v1.train.range_input_producer(5, num_epochs=1, shuffle=False).dequeue()
+        assert int(qs.run(b)) == 0
+        assert len(qs.threads) == 2
+
+
+def test_queue_stats_and_thread_names():
+    """queue_stats names each runner queue with its size and capacity; threads are named."""
+    with qk.QueueSession() as qs:
+        x = v1.train.range_input_producer(8, num_epochs=1, capacity=8, shuffle=False).dequeue()
+        qs.run(x)
+        stats = {s.name: s for s in qs.queue_stats()}
+        assert stats["input_producer"].capacity == 8
+        assert 0 <= stats["input_producer"].size <= 8
+        assert all(t.name.startswith("queuekit-runner-") and t.daemon for t in qs.threads)
+
+
+def test_works_with_eager_enabled_and_sessions_side_by_side():
+    """Eager stays on outside; two sessions with their own graphs run side by side."""
+    assert tf.executing_eagerly()
+    with qk.QueueSession() as a, qk.QueueSession() as b:
+        pass
+    first = qk.QueueSession()
+    second = qk.QueueSession()
+    with first.graph.as_default():
+        xa = v1.train.range_input_producer(3, num_epochs=1, shuffle=False).dequeue()
+    with second.graph.as_default():
+        xb = v1.train.range_input_producer(4, num_epochs=1, shuffle=False).dequeue()
+    assert len(list(first.iterate(xa))) == 3
+    assert len(list(second.iterate(xb))) == 4
+    first.close()
+    first.close()
+    second.close()
+    assert tf.executing_eagerly()
+    assert a.graph is not b.graph
+
+
+def test_run_after_close_is_an_error():
+    """A closed session refuses to run instead of hanging."""
+    with qk.QueueSession() as qs:
+        x = tf.constant(1)
+    with pytest.raises(RuntimeError, match="closed"):
+        qs.run(x)
+
+
+def test_early_stop_prints_no_cancellation_noise(capfd):
+    """Leaving a loop early with blocked runners logs no CancelledError / cancelled enqueue."""
+    for _ in range(3):
+        with qk.QueueSession() as qs:
+            x = v1.train.batch([v1.train.range_input_producer(10).dequeue()], 4, num_threads=3)
+            for i, _ in enumerate(qs.iterate(x)):
+                if i == 3:
+                    break
+    err = capfd.readouterr().err
+    assert "cancelled" not in err.lower() and "CancelledError" not in err, err[-2000:]
