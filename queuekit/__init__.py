@@ -11,6 +11,14 @@ from queuekit.errors import (
     QueuekitError,
     ShutdownTimeout,
 )
+from queuekit.export import (
+    ExportReport,
+    InspectReport,
+    export_images,
+    inspect_tfrecords,
+)
+from queuekit.folder import ImageFolder, scan_image_folder
+from queuekit.make import WriteReport, write_tfrecords
 from queuekit.runners import QueueStat
 from queuekit.session import QueueSession
 
@@ -20,6 +28,14 @@ __all__ = [
     "__version__",
     "QueueSession",
     "QueueStat",
+    "ImageFolder",
+    "scan_image_folder",
+    "write_tfrecords",
+    "WriteReport",
+    "export_images",
+    "ExportReport",
+    "inspect_tfrecords",
+    "InspectReport",
     "QueuekitError",
     "EndOfData",
     "PipelineStalled",

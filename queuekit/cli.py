@@ -1,4 +1,8 @@
-"""The ``queuekit`` command line: one ``add_<name>_parser`` per subcommand."""
+"""The ``queuekit`` command line: one ``add_<name>_parser`` per subcommand.
+
+Exit codes: 0 success; 1 something was skipped under ``--strict`` or
+corruption was found; 2 usage or input errors; 130 Ctrl-C.
+"""
 
 from __future__ import annotations
 
@@ -11,13 +15,114 @@ from queuekit import __version__
 log = logging.getLogger(__name__)
 
 
+def _size(text: str) -> tuple[int, int]:
+    try:
+        parts = [int(p) for p in text.lower().split("x")]
+    except ValueError:
+        parts = []
+    if len(parts) == 1:
+        parts *= 2
+    if len(parts) != 2 or min(parts) < 1:
+        raise argparse.ArgumentTypeError(f"expected N or HEIGHTxWIDTH, got {text!r}")
+    return parts[0], parts[1]
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _progress(args) -> bool:
+    return not args.quiet and sys.stderr.isatty()
+
+
+def add_make_parser(sub) -> None:
+    p = sub.add_parser("make", help="image folder -> TFRecord",
+                       description="Write a class-per-folder image tree to TFRecord file(s).")
+    p.add_argument("image_dir", help="root folder: IMAGE_DIR/<class>/<image>")
+    p.add_argument("output", help="output .tfrecords path (shards derive their names from it)")
+    p.add_argument("--size", type=_size, default=(256, 256),
+                   help="N or HEIGHTxWIDTH each image is resized to (default 256)")
+    p.add_argument("--encoding", choices=["raw", "jpeg", "png"], default="raw",
+                   help="img_raw bytes: raw RGB (the seed's format, default), jpeg or png")
+    p.add_argument("--shards", type=_positive, default=1)
+    p.add_argument("--workers", type=_positive, default=None,
+                   help="decode processes (default: one per core)")
+    p.add_argument("--shuffle", action="store_true", help="shuffle the image order")
+    p.add_argument("--seed", type=int, default=None, help="seed of --shuffle")
+    p.add_argument("--strict", action="store_true", help="fail on the first unreadable image")
+    p.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_run_make)
+
+
+def _run_make(args) -> int:
+    import queuekit as qk
+
+    folder = qk.scan_image_folder(args.image_dir, shuffle=args.shuffle, seed=args.seed)
+    report = qk.write_tfrecords(folder, args.output, image_size=args.size,
+                                encoding=args.encoding, shards=args.shards,
+                                workers=args.workers, overwrite=args.overwrite,
+                                strict=args.strict, progress=_progress(args))
+    for path in report.outputs:
+        print(path)
+    print(report, file=sys.stderr)
+    return 0
+
+
+def add_export_parser(sub) -> None:
+    p = sub.add_parser("export", help="TFRecord -> image folder",
+                       description="Write every record's image to OUT_DIR/<label>/<index>.<ext>.")
+    p.add_argument("tfrecords", nargs="+", metavar="TFRECORD")
+    p.add_argument("out_dir", metavar="OUT_DIR")
+    p.add_argument("--format", choices=["jpg", "png"], default="jpg")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_run_export)
+
+
+def _run_export(args) -> int:
+    import queuekit as qk
+
+    report = qk.export_images(args.tfrecords, args.out_dir, format=args.format,
+                              progress=_progress(args))
+    print(report)
+    return 0
+
+
+def add_inspect_parser(sub) -> None:
+    p = sub.add_parser("inspect", help="count records, features, labels; find corruption",
+                       description="Report on TFRecord files; exit 1 when a record is corrupt.")
+    p.add_argument("tfrecords", nargs="+", metavar="TFRECORD")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_run_inspect)
+
+
+def _run_inspect(args) -> int:
+    import queuekit as qk
+
+    report = qk.inspect_tfrecords(args.tfrecords)
+    print(report.to_json() if args.json else report)
+    return 1 if report.corrupt else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="queuekit",
         description="Safe and fast TF1 queue input pipelines, and the TFRecord tools around them.")
     parser.add_argument("--version", action="version", version=f"queuekit {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
-    parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for add in (add_make_parser, add_export_parser, add_inspect_parser):
+        add(sub)
+    for name in ("add_demo_parser", "add_bench_parser"):
+        extra = globals().get(name)
+        if extra:
+            extra(sub)
     return parser
 
 
@@ -28,10 +133,27 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse exits 2 on usage errors, 0 on --help
         return int(e.code or 0)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(levelname)s %(name)s: %(message)s")
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help(sys.stderr)
         return 2
-    return int(func(args) or 0)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    root = logging.getLogger("queuekit")
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    from queuekit.errors import CorruptRecordError, ImageDecodeError, QueuekitError
+
+    try:
+        return int(func(args) or 0)
+    except (ImageDecodeError, CorruptRecordError) as e:  # bad data, not bad usage
+        print(f"queuekit {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    except (QueuekitError, OSError) as e:
+        print(f"queuekit {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"queuekit {args.command}: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        root.removeHandler(handler)

@@ -1,0 +1,88 @@
+"""Scanning a class-per-folder image tree: ``root/<class>/**/<image>``."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+
+from queuekit.errors import DatasetError, InputNotFound
+from queuekit.images import IMAGE_EXTENSIONS
+
+
+@dataclasses.dataclass
+class ImageFolder:
+    """The images of a folder tree, their integer labels and the class names.
+
+    ``labels[i]`` indexes ``class_names``, which are the sorted first-level
+    sub-folder names. ``skipped`` counts what was passed over, by reason.
+    """
+
+    root: str
+    paths: list[str]
+    labels: list[int]
+    class_names: list[str]
+    skipped: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def relative(self, i: int) -> str:
+        """The i-th path relative to the root, with forward slashes on every OS."""
+        return os.path.relpath(self.paths[i], self.root).replace(os.sep, "/")
+
+
+def scan_image_folder(root, *, shuffle: bool = False, seed: int | None = None,
+                      extensions=None) -> ImageFolder:
+    """List the images under ``root``; the class is the first-level sub-folder.
+
+    Images in nested folders belong to their first-level class. Files directly
+    in ``root``, hidden files and folders, and files without an image extension
+    are skipped and counted. Order is sorted (so labels and output are
+    reproducible); ``shuffle=True`` with a ``seed`` is a deterministic shuffle.
+
+    Raises:
+        InputNotFound: ``root`` does not exist or is not a folder.
+        DatasetError: ``root`` has no class folders, or no images at all.
+    """
+    root = os.fspath(root)
+    if not os.path.isdir(root):
+        raise InputNotFound(f"image folder not found: {root}")
+    exts = IMAGE_EXTENSIONS if extensions is None else frozenset(
+        e.lower() if e.startswith(".") else "." + e.lower() for e in extensions)
+    skipped: dict[str, int] = {}
+
+    def skip(reason):
+        skipped[reason] = skipped.get(reason, 0) + 1
+
+    classes = []
+    for entry in sorted(os.scandir(root), key=lambda e: e.name):
+        if entry.name.startswith("."):
+            skip("hidden")
+        elif entry.is_dir():
+            classes.append(entry.name)
+        else:
+            skip("file directly in root")
+    if not classes:
+        raise DatasetError(f"{root}: no class sub-folders (expected {root}/<class>/<image>)")
+    paths, labels = [], []
+    for label, name in enumerate(classes):
+        for dirpath, dirnames, filenames in os.walk(os.path.join(root, name)):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for filename in sorted(filenames):
+                if filename.startswith("."):
+                    skip("hidden")
+                elif os.path.splitext(filename)[1].lower() not in exts:
+                    skip("not an image extension")
+                else:
+                    paths.append(os.path.join(dirpath, filename))
+                    labels.append(label)
+    if not paths:
+        raise DatasetError(f"{root}: no images in any class folder "
+                           f"(extensions: {', '.join(sorted(exts))})")
+    if shuffle:
+        order = list(range(len(paths)))
+        random.Random(seed).shuffle(order)
+        paths = [paths[i] for i in order]
+        labels = [labels[i] for i in order]
+    return ImageFolder(root, paths, labels, classes, skipped)

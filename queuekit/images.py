@@ -1,0 +1,104 @@
+"""Turning any image file into 3-channel RGB of a fixed size (Pillow only, no TensorFlow).
+
+This module runs inside ``make``'s worker processes, so it must stay cheap to import there.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import numpy as np
+from PIL import Image, ImageOps
+
+IMAGE_EXTENSIONS = frozenset({
+    ".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm",
+})
+# Transparent pixels are composited on white: a fixed, documented choice.
+BACKGROUND = (255, 255, 255)
+# Pillow's own default (Image.MAX_IMAGE_PIXELS); checked from the header, before decoding.
+MAX_PIXELS = 89_478_485
+
+
+def load_rgb(path: str, size: tuple[int, int], *, max_pixels: int = MAX_PIXELS) -> np.ndarray:
+    """Read ``path`` as uint8 RGB resized to ``size`` = (height, width).
+
+    Handles grayscale, grayscale+alpha, palette (with transparency), RGBA
+    (composited on :data:`BACKGROUND`), CMYK, 16-bit and 32-bit integer and
+    float images, EXIF orientation, and the first frame of animations.
+
+    Raises:
+        ValueError: naming the reason (not an image, truncated, too large...).
+    """
+    height, width = size
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        try:
+            with Image.open(path) as im:
+                w, h = im.size
+                if w * h > max_pixels:
+                    raise ValueError(f"decompression bomb: {w}x{h} pixels is over the limit "
+                                     f"of {max_pixels}")
+                if im.format == "JPEG":
+                    # DCT-domain downscaling: decode at the smallest 1/2^k scale that is
+                    # still at least the target size, so quality matches a full decode.
+                    side = max(height, width)
+                    im.draft("RGB", (side, side))
+                im.load()
+                im = ImageOps.exif_transpose(im)
+                rgb = _to_rgb(im)
+                if rgb.size != (width, height):
+                    rgb = rgb.resize((width, height), Image.BICUBIC)
+                return np.asarray(rgb, dtype=np.uint8)
+        except ValueError:
+            raise
+        except Image.DecompressionBombError as e:
+            raise ValueError(f"decompression bomb: {e}") from e
+        except Image.UnidentifiedImageError as e:
+            raise ValueError("not an image Pillow can read") from e
+        except (OSError, SyntaxError, EOFError) as e:
+            raise ValueError(f"unreadable or truncated image: {e}") from e
+
+
+def _to_rgb(im: Image.Image) -> Image.Image:
+    mode = im.mode
+    if mode == "RGB":
+        return im
+    if mode == "P":
+        im = im.convert("RGBA" if "transparency" in im.info else "RGB")
+        mode = im.mode
+    if mode in ("RGBA", "LA", "PA", "RGBa", "La"):
+        rgba = im.convert("RGBA")
+        base = Image.new("RGBA", rgba.size, BACKGROUND + (255,))
+        return Image.alpha_composite(base, rgba).convert("RGB")
+    if mode.startswith("I;16") or mode in ("I", "F"):
+        a = np.asarray(im).astype(np.float64)
+        top = 65535.0 if (mode.startswith("I;16") or a.max(initial=0) > 255) else 255.0
+        a = np.clip(a * (255.0 / top), 0, 255).round().astype(np.uint8)
+        return Image.fromarray(a, "L").convert("RGB")
+    return im.convert("RGB")  # L, 1, CMYK, YCbCr, LAB, HSV
+
+
+def encode(pixels: np.ndarray, encoding: str) -> bytes:
+    """The ``img_raw`` bytes of an RGB array: raw, JPEG (quality 95) or PNG."""
+    if encoding == "raw":
+        return pixels.tobytes()
+    buf = io.BytesIO()
+    if encoding == "jpeg":
+        Image.fromarray(pixels, "RGB").save(buf, "JPEG", quality=95)
+    elif encoding == "png":
+        Image.fromarray(pixels, "RGB").save(buf, "PNG", compress_level=1)
+    else:
+        raise ValueError(f"encoding must be raw, jpeg or png, not {encoding!r}")
+    return buf.getvalue()
+
+
+def load_and_encode(task):
+    """Worker entry: (index, path, size, encoding) -> (index, img bytes or None, skip reason)."""
+    index, path, size, encoding = task
+    try:
+        return index, encode(load_rgb(path, size), encoding), None
+    except ValueError as e:
+        return index, None, str(e)
+    except MemoryError:
+        return index, None, "out of memory while decoding"

@@ -1,0 +1,174 @@
+"""The TFRecord file format and queuekit's record format.
+
+Framing (TensorFlow's ``record_writer.cc``): each record is a little-endian
+uint64 length, the masked CRC32C of those 8 bytes, the data, and the masked
+CRC32C of the data. :func:`scan_records` reads it in Python so that a corrupt
+record can be reported with its file, index and byte offset.
+
+Record format: the seed script's ``label`` (int64) and ``img_raw`` (raw RGB
+bytes), plus self-describing features its parser ignores: ``height``,
+``width``, ``channels``, ``format`` (raw/jpeg/png), ``label_text``,
+``filename``. Files with only ``label`` and ``img_raw`` are seed files and
+decode as 256x256x3 raw.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import struct
+from typing import Iterator
+
+import google_crc32c
+import numpy as np
+import tensorflow as tf
+from PIL import Image
+
+from queuekit.errors import DatasetError
+
+SEED_SHAPE = (256, 256, 3)
+FORMATS = ("raw", "jpeg", "png")
+
+
+def _masked_crc(data: bytes) -> int:
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    index: int
+    offset: int
+    data: bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class Corruption:
+    """What is wrong at one place of a file."""
+
+    index: int
+    offset: int
+    reason: str
+
+
+def scan_records(path: str) -> Iterator[Record | Corruption]:
+    """Yield each record of ``path``, or a :class:`Corruption` where one is bad.
+
+    A record whose data CRC is wrong is reported and skipped (its length is
+    trustworthy); after a bad length CRC or a truncation nothing more can be
+    read, so the scan ends there.
+    """
+    with open(path, "rb") as f:
+        index = 0
+        while True:
+            offset = f.tell()
+            header = f.read(12)
+            if not header:
+                return
+            if len(header) < 12:
+                yield Corruption(index, offset, f"truncated: {len(header)} of 12 header bytes")
+                return
+            length_bytes, length_crc = header[:8], struct.unpack("<I", header[8:])[0]
+            if _masked_crc(length_bytes) != length_crc:
+                yield Corruption(index, offset, "bad length CRC")
+                return
+            (length,) = struct.unpack("<Q", length_bytes)
+            data = f.read(length)
+            footer = f.read(4)
+            if len(data) < length or len(footer) < 4:
+                yield Corruption(index, offset, f"truncated: record of {length} bytes cut at "
+                                                f"{len(data)}")
+                return
+            if _masked_crc(data) != struct.unpack("<I", footer)[0]:
+                yield Corruption(index, offset, "bad data CRC")
+            else:
+                yield Record(index, offset, data)
+            index += 1
+
+
+def make_example(pixels_or_bytes: bytes, *, label: int, height: int, width: int,
+                 channels: int = 3, fmt: str = "raw", label_text: str = "",
+                 filename: str = "") -> bytes:
+    """Serialize one record in queuekit's format (a superset of the seed's)."""
+    def i64(v):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=[int(v)]))
+
+    def raw(v):
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[v]))
+
+    return tf.train.Example(features=tf.train.Features(feature={
+        "label": i64(label),
+        "img_raw": raw(pixels_or_bytes),
+        "height": i64(height),
+        "width": i64(width),
+        "channels": i64(channels),
+        "format": raw(fmt.encode()),
+        "label_text": raw(label_text.encode("utf-8")),
+        "filename": raw(filename.encode("utf-8")),
+    })).SerializeToString()
+
+
+@dataclasses.dataclass
+class Decoded:
+    """One record as Python values."""
+
+    label: int | None
+    image: np.ndarray
+    label_text: str | None
+    filename: str | None
+    fmt: str
+
+
+def feature_value(feature):
+    """(type name, list of values) of a ``tf.train.Feature``."""
+    kind = feature.WhichOneof("kind")
+    if kind is None:
+        return "empty", []
+    return {"int64_list": "int64", "bytes_list": "bytes", "float_list": "float"}[kind], list(
+        getattr(feature, kind).value)
+
+
+def decode_example(data: bytes, *, where: str) -> Decoded:
+    """Decode one serialized record (queuekit or seed format) to pixels and label.
+
+    Raises:
+        DatasetError: naming ``where`` (file and record index) and what was expected.
+    """
+    try:
+        example = tf.train.Example.FromString(data)
+    except Exception as e:  # noqa: BLE001 - protobuf raises its own DecodeError
+        raise DatasetError(f"{where}: not a tf.train.Example ({e})") from e
+    feats = example.features.feature
+
+    def one(name, default=None):
+        if name not in feats:
+            return default
+        _, values = feature_value(feats[name])
+        return values[0] if values else default
+
+    img = one("img_raw")
+    if img is None:
+        raise DatasetError(f"{where}: no 'img_raw' feature (features: {sorted(feats)})")
+    fmt = one("format", b"raw").decode()
+    label = one("label")
+    text = one("label_text")
+    name = one("filename")
+    if fmt == "raw":
+        shape = (int(one("height", SEED_SHAPE[0])), int(one("width", SEED_SHAPE[1])),
+                 int(one("channels", SEED_SHAPE[2])))
+        expected = shape[0] * shape[1] * shape[2]
+        if len(img) != expected:
+            raise DatasetError(f"{where}: img_raw has {len(img)} bytes, expected {expected} "
+                               f"for a {shape[0]}x{shape[1]}x{shape[2]} raw image")
+        image = np.frombuffer(img, np.uint8).reshape(shape)
+    elif fmt in ("jpeg", "png"):
+        try:
+            with Image.open(io.BytesIO(img)) as im:
+                image = np.asarray(im.convert("RGB"))
+        except Exception as e:  # noqa: BLE001 - Pillow's many decode errors
+            raise DatasetError(f"{where}: img_raw is not a valid {fmt} image ({e})") from e
+    else:
+        raise DatasetError(f"{where}: unknown format {fmt!r}, expected one of {FORMATS}")
+    return Decoded(None if label is None else int(label), image,
+                   None if text is None else text.decode("utf-8", "replace"),
+                   None if name is None else name.decode("utf-8", "replace"), fmt)

@@ -1,0 +1,196 @@
+"""Image folder -> TFRecord: scanning, image modes, bad input, atomic writes, shards."""
+
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import queuekit as qk
+from queuekit import images
+from queuekit.export import expand_files
+from queuekit.tfrecord import Record, decode_example, scan_records
+from tests.imagefactory import bad_files, exif_rotated_jpeg, make_mixed_folder, rgb
+
+
+def _records(path):
+    return [decode_example(r.data, where=path) for r in scan_records(path)
+            if isinstance(r, Record)]
+
+
+def test_scan_labels_by_first_level_folder_and_skips_junk(tmp_path):
+    """Classes are sorted first-level folders; nested images belong to them; junk is counted."""
+    make_mixed_folder(tmp_path)
+    folder = qk.scan_image_folder(tmp_path)
+    assert folder.class_names == ["bird", "dog", "猫"]
+    nested = [i for i, p in enumerate(folder.paths) if "nested" in p]
+    assert nested and all(folder.class_names[folder.labels[i]] == "bird" for i in nested)
+    assert folder.skipped == {"file directly in root": 1, "hidden": 1,
+                              "not an image extension": 1}
+    assert len(folder) == 3 * 3 + 5 + 2
+
+
+def test_scan_shuffle_with_seed_is_deterministic(tmp_path):
+    """shuffle=True with a seed gives the same order every time, and a different one than sorted."""
+    make_mixed_folder(tmp_path)
+    a = qk.scan_image_folder(tmp_path, shuffle=True, seed=3)
+    b = qk.scan_image_folder(tmp_path, shuffle=True, seed=3)
+    plain = qk.scan_image_folder(tmp_path)
+    assert a.paths == b.paths and a.paths != plain.paths
+    assert sorted(zip(a.paths, a.labels)) == sorted(zip(plain.paths, plain.labels))
+
+
+@pytest.mark.parametrize("layout", ["missing", "no_classes", "no_images"])
+def test_bad_roots_are_clear_errors_and_create_nothing(tmp_path, layout):
+    """A missing root, a root without class folders, or no images: error naming the path."""
+    root = tmp_path / "root"
+    if layout != "missing":
+        root.mkdir()
+        (root / "loose.jpg").write_bytes(b"x")
+    if layout == "no_images":
+        (root / "cls").mkdir()
+        (root / "cls" / "a.txt").write_text("x")
+    out = tmp_path / "out.tfrecords"
+    with pytest.raises((qk.InputNotFound, qk.DatasetError), match=str(root)):
+        qk.write_tfrecords(root, out, progress=False)
+    assert os.listdir(tmp_path) == ["root"] or not root.exists()
+    assert not out.exists()
+
+
+def test_every_mode_becomes_rgb_of_the_target_size(tmp_path):
+    """Gray, gray+alpha, palette, RGBA, CMYK, 16-bit and animated images all become HxWx3."""
+    make_mixed_folder(tmp_path / "src")
+    report = qk.write_tfrecords(tmp_path / "src", tmp_path / "o.tfrecords", image_size=(24, 32),
+                                progress=False, workers=1)
+    assert report.skipped == [] and report.written == 16
+    recs = _records(report.outputs[0])
+    assert all(r.image.shape == (24, 32, 3) for r in recs)
+    by_name = {r.filename: r for r in recs}
+    gray = by_name["dog/gray.png"].image
+    assert (gray[..., 0] == gray[..., 1]).all() and (gray[..., 1] == gray[..., 2]).all()
+    sixteen = by_name["bird/nested/sixteen.png"].image
+    assert sixteen.max() > 100  # 16-bit scaled to 8-bit, not clipped to 255 or to 0
+
+
+def test_alpha_is_composited_on_white():
+    """A fully transparent pixel becomes the documented white background."""
+    im = Image.new("RGBA", (4, 4), (10, 20, 30, 0))
+    assert tuple(images._to_rgb(im).getpixel((0, 0))) == images.BACKGROUND
+
+
+def test_exif_orientation_is_applied(tmp_path):
+    """A JPEG with EXIF orientation 6 is rotated: its left (red) half ends on top."""
+    p = tmp_path / "rot.jpg"
+    exif_rotated_jpeg(p)
+    a = images.load_rgb(str(p), (40, 20))
+    assert a.shape == (40, 20, 3)
+    assert a[2, 10, 0] > 200 and a[2, 10, 2] < 60
+    assert a[37, 10, 2] > 200 and a[37, 10, 0] < 60
+
+
+def test_bad_files_are_skipped_with_reasons(tmp_path):
+    """Zero-byte, truncated, non-image and decompression-bomb files are skipped by name."""
+    Image.fromarray(rgb(30, 30)).save(tmp_path / "ok.jpg")
+    root = tmp_path / "root"
+    bad = bad_files(root / "cls")
+    Image.fromarray(rgb(30, 30)).save(root / "cls" / "good.jpg")
+    report = qk.write_tfrecords(root, tmp_path / "o.tfrecords", progress=False, workers=1)
+    assert report.written == 1
+    reasons = dict(report.skipped)
+    assert set(reasons) == set(bad.values())
+    assert "decompression bomb" in reasons[bad["bomb"]]
+    assert "truncated" in reasons[bad["truncated"]]
+
+
+def test_strict_fails_on_first_bad_file_and_writes_nothing(tmp_path):
+    """strict=True makes a bad image an error naming it, and leaves no output or temp."""
+    root = tmp_path / "root"
+    bad_files(root / "cls")
+    out = tmp_path / "o.tfrecords"
+    with pytest.raises(qk.ImageDecodeError, match="bomb.png|text.png|truncated.jpg|zero.jpg"):
+        qk.write_tfrecords(root, out, strict=True, progress=False, workers=1)
+    assert sorted(os.listdir(tmp_path)) == ["root"]
+
+
+def test_interrupted_write_leaves_no_output_and_no_temp(tmp_path, monkeypatch):
+    """An exception in the middle of writing (disk full, Ctrl-C) removes every partial file."""
+    make_mixed_folder(tmp_path / "src")
+    calls = {"n": 0}
+    real = qk.make.make_example
+
+    def failing(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise OSError(28, "No space left on device")
+        return real(*a, **k)
+
+    monkeypatch.setattr(qk.make, "make_example", failing)
+    with pytest.raises(OSError, match="No space"):
+        qk.write_tfrecords(tmp_path / "src", tmp_path / "out" / "o.tfrecords", shards=2,
+                           progress=False)
+    assert os.listdir(tmp_path / "out") == []
+
+
+def test_existing_output_is_never_overwritten_silently(tmp_path):
+    """An existing output is refused without overwrite=True, and replaced with it."""
+    make_mixed_folder(tmp_path / "src")
+    out = tmp_path / "o.tfrecords"
+    out.write_bytes(b"precious")
+    with pytest.raises(qk.OutputExistsError, match="o.tfrecords"):
+        qk.write_tfrecords(tmp_path / "src", out, progress=False)
+    assert out.read_bytes() == b"precious"
+    qk.write_tfrecords(tmp_path / "src", out, progress=False, overwrite=True)
+    assert len(_records(str(out))) == 16
+
+
+def test_shards_are_named_and_identical_whatever_the_workers(tmp_path):
+    """Shard names follow name-0000i-of-0000n; bytes do not depend on the worker count."""
+    make_mixed_folder(tmp_path / "src", n_per_class=6)
+    one = qk.write_tfrecords(tmp_path / "src", tmp_path / "a" / "d.tfrecords", shards=3,
+                             workers=1, progress=False)
+    two = qk.write_tfrecords(tmp_path / "src", tmp_path / "b" / "d.tfrecords", shards=3,
+                             workers=2, progress=False)
+    assert [os.path.basename(p) for p in one.outputs] == [
+        f"d-0000{i}-of-00003.tfrecords" for i in range(3)]
+    for a, b in zip(one.outputs, two.outputs):
+        assert open(a, "rb").read() == open(b, "rb").read()
+    counts = [len(_records(p)) for p in one.outputs]
+    assert sum(counts) == one.written and max(counts) - min(counts) <= 1
+    assert expand_files(str(tmp_path / "a")) == one.outputs  # the labels file is not a shard
+
+
+def test_labels_file_lists_classes_in_label_order(tmp_path):
+    """<output>.labels.txt maps labels back to the class names."""
+    make_mixed_folder(tmp_path / "src")
+    report = qk.write_tfrecords(tmp_path / "src", tmp_path / "o.tfrecords", progress=False)
+    names = open(report.labels_path, encoding="utf-8").read().splitlines()
+    assert names == report.class_names == ["bird", "dog", "猫"]
+    for r in _records(report.outputs[0]):
+        assert names[r.label] == r.label_text
+
+
+@pytest.mark.parametrize("encoding", ["jpeg", "png"])
+def test_encoded_records_are_smaller_and_decode(tmp_path, encoding):
+    """jpeg/png store encoded bytes with format saying so; png decodes to the raw pixels."""
+    make_mixed_folder(tmp_path / "src")
+    raw = qk.write_tfrecords(tmp_path / "src", tmp_path / "raw.tfrecords", progress=False)
+    enc = qk.write_tfrecords(tmp_path / "src", tmp_path / "enc.tfrecords", encoding=encoding,
+                             progress=False)
+    assert enc.bytes < raw.bytes
+    raws, encs = _records(raw.outputs[0]), _records(enc.outputs[0])
+    assert all(r.fmt == encoding for r in encs)
+    if encoding == "png":
+        assert all((a.image == b.image).all() for a, b in zip(raws, encs))
+    else:
+        err = np.mean([np.abs(a.image.astype(int) - b.image).mean() for a, b in zip(raws, encs)])
+        assert err < 8
+
+
+def test_jpeg_draft_decode_matches_a_full_decode(tmp_path):
+    """Draft-mode JPEG decoding gives nearly the same pixels as a full decode + resize."""
+    p = tmp_path / "big.jpg"
+    a = np.kron(rgb(40, 40), np.ones((16, 16, 1), np.uint8))  # 640x640 of smooth blocks
+    Image.fromarray(a).save(p, quality=95)
+    fast = images.load_rgb(str(p), (256, 256)).astype(int)
+    full = np.asarray(Image.open(p).convert("RGB").resize((256, 256), Image.BICUBIC)).astype(int)
+    assert np.abs(fast - full).mean() < 4
