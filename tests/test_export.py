@@ -1,0 +1,153 @@
+"""TFRecord -> images, inspection, corruption reports, and compatibility with the seed script."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import queuekit as qk
+from queuekit.cli import main
+from tests.imagefactory import make_mixed_folder, rgb
+from tests.seed import makeTFRec, seed_read_all
+
+
+@pytest.fixture
+def made(tmp_path):
+    make_mixed_folder(tmp_path / "src")
+    return qk.write_tfrecords(tmp_path / "src", tmp_path / "d.tfrecords", progress=False)
+
+
+def _bytes_at(path, offset, value=None):
+    data = bytearray(open(path, "rb").read())
+    data[offset] ^= 0xFF if value is None else value
+    open(path, "wb").write(bytes(data))
+
+
+def test_round_trip_png_export_keeps_the_pixels(tmp_path, made):
+    """folder -> TFRecord -> png export gives exactly the pixels stored in the records."""
+    report = qk.export_images(made.outputs, tmp_path / "out", format="png", progress=False)
+    assert report.count == made.written
+    assert sorted(os.listdir(tmp_path / "out")) == ["bird", "dog", "猫"]
+    seed_view = seed_read_all(made.outputs[0])  # the seed's own reader
+    for i, (pixels, label) in enumerate(seed_view):
+        name = made.class_names[label]
+        exported = np.asarray(Image.open(tmp_path / "out" / name / f"{i}.png"))
+        assert (exported == pixels).all()
+
+
+def test_seed_reader_reads_queuekit_files(made):
+    """The seed's read_and_decode graph reads a queuekit raw file unchanged."""
+    got = seed_read_all(made.outputs[0])
+    assert len(got) == made.written
+    assert all(img.shape == (256, 256, 3) for img, _ in got)
+
+
+def test_queuekit_reads_seed_files(tmp_path):
+    """Files written by the seed's makeTFRec (label + img_raw only) export and inspect."""
+    paths = []
+    for i in range(4):
+        p = tmp_path / f"{i}.jpg"
+        Image.fromarray(rgb(300, 200, seed=i)).save(p)
+        paths.append(str(p))
+    seed_file = str(tmp_path / "mydata.tfrecords")
+    makeTFRec(paths, [0, 1, 0, 1], out=seed_file)
+    report = qk.inspect_tfrecords(seed_file)
+    assert report.records == 4 and not report.corrupt
+    assert report.labels == {"0": 2, "1": 2}
+    assert set(report.features) == {"label", "img_raw"}
+    exp = qk.export_images(seed_file, tmp_path / "out", format="png", progress=False)
+    assert exp.count == 4 and sorted(exp.per_label) == ["0", "1"]
+    first = np.asarray(Image.open(tmp_path / "out" / "0" / "0.png"))
+    expected = np.asarray(Image.open(paths[0]).resize((256, 256)))
+    assert (first == expected).all()
+
+
+def test_inspect_reports_features_shapes_and_labels(made):
+    """inspect lists records, feature types, image shapes and a label histogram."""
+    r = qk.inspect_tfrecords(made.outputs)
+    assert r.records == made.written and r.corrupt == []
+    assert r.features["img_raw"]["type"] == "bytes"
+    assert r.features["label"]["type"] == "int64"
+    assert r.shapes == {"256x256x3 raw": made.written}
+    assert sum(r.labels.values()) == made.written and "2 猫" in r.labels
+    assert json.loads(r.to_json())["records"] == made.written
+
+
+@pytest.mark.parametrize("where,reason", [("length_crc", "bad length CRC"),
+                                          ("data", "bad data CRC"),
+                                          ("cut", "truncated")])
+def test_inspect_finds_each_kind_of_corruption(tmp_path, made, where, reason):
+    """Bad length CRC, bad data CRC and truncation are reported with index and offset."""
+    path = made.outputs[0]
+    offsets = [r.offset for r in qk.tfrecord.scan_records(path)]
+    if where == "length_crc":
+        _bytes_at(path, offsets[3] + 9)
+    elif where == "data":
+        _bytes_at(path, offsets[3] + 100)
+    else:
+        data = open(path, "rb").read()
+        open(path, "wb").write(data[: offsets[3] + 50])
+    report = qk.inspect_tfrecords(path)
+    (bad_path, bad), *rest = report.corrupt
+    assert (bad_path, bad.index, bad.offset) == (path, 3, offsets[3])
+    assert reason in bad.reason
+    if where == "data":
+        assert report.records == made.written - 1  # the scan goes on after a bad data CRC
+
+
+def test_export_of_corrupt_file_keeps_what_came_before(tmp_path, made):
+    """export writes every record before the corruption, then fails naming file, index, offset."""
+    path = made.outputs[0]
+    offsets = [r.offset for r in qk.tfrecord.scan_records(path)]
+    _bytes_at(path, offsets[5] + 200)
+    with pytest.raises(qk.CorruptRecordError) as info:
+        qk.export_images(path, tmp_path / "out", progress=False)
+    err = info.value
+    assert (err.path, err.index, err.offset) == (path, 5, offsets[5])
+    assert f"record 5 at byte offset {offsets[5]}" in str(err)
+    exported = [f for _, _, fs in os.walk(tmp_path / "out") for f in fs]
+    assert sorted(exported) == sorted(f"{i}.jpg" for i in range(5))
+
+
+def test_raw_record_of_wrong_size_names_file_and_sizes(tmp_path):
+    """A raw record whose bytes do not match its declared shape is a clear error."""
+    bad = tmp_path / "bad.tfrecords"
+    with qk.tfrecord.tf.io.TFRecordWriter(str(bad)) as w:
+        w.write(qk.tfrecord.make_example(b"\0" * 10, label=0, height=4, width=4))
+    with pytest.raises(qk.DatasetError, match=r"bad.tfrecords: record 0.*10 bytes, expected 48"):
+        qk.export_images(str(bad), tmp_path / "out", progress=False)
+
+
+def test_cli_make_export_inspect_in_process(tmp_path, capsys):
+    """The CLI subcommands run in-process and return the documented exit codes."""
+    make_mixed_folder(tmp_path / "src")
+    out = str(tmp_path / "d.tfrecords")
+    assert main(["make", str(tmp_path / "src"), out, "--size", "32x48", "--quiet"]) == 0
+    assert capsys.readouterr().out.strip() == out
+    assert main(["make", str(tmp_path / "src"), out, "--quiet"]) == 2  # exists
+    assert "--overwrite" in capsys.readouterr().err
+    assert main(["inspect", out, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["shapes"] == {"32x48x3 raw": 16}
+    assert main(["export", out, str(tmp_path / "x"), "--format", "png"]) == 0
+    assert "exported 16 images" in capsys.readouterr().out
+    assert main(["make", str(tmp_path / "nope"), out, "--quiet"]) == 2
+    assert "nope" in capsys.readouterr().err
+    assert main(["make", str(tmp_path / "src"), out, "--size", "0"]) == 2
+    assert main(["inspect", str(tmp_path / "missing.tfrecords")]) == 2
+    offsets = [r.offset for r in qk.tfrecord.scan_records(out)]
+    _bytes_at(out, offsets[1] + 60)
+    assert main(["inspect", out]) == 1
+    assert "CORRUPT" in capsys.readouterr().out
+    assert main(["export", out, str(tmp_path / "y")]) == 1
+
+
+def test_cli_strict_exits_1(tmp_path, capsys):
+    """--strict turns a skipped image into exit code 1, with the file named."""
+    make_mixed_folder(tmp_path / "src")
+    (tmp_path / "src" / "dog" / "broken.jpg").write_bytes(b"not a jpeg")
+    args = ["make", str(tmp_path / "src"), str(tmp_path / "d.tfrecords"), "--quiet"]
+    assert main(args + ["--strict"]) == 1
+    assert "broken.jpg" in capsys.readouterr().err
+    assert main(args) == 0
