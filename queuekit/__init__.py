@@ -19,6 +19,7 @@ from queuekit.export import (
 )
 from queuekit.folder import ImageFolder, scan_image_folder
 from queuekit.make import WriteReport, write_tfrecords
+from queuekit.pipeline import image_folder_batches, tfrecord_batches
 from queuekit.runners import QueueStat
 from queuekit.session import QueueSession
 
@@ -28,6 +29,8 @@ __all__ = [
     "__version__",
     "QueueSession",
     "QueueStat",
+    "tfrecord_batches",
+    "image_folder_batches",
     "ImageFolder",
     "scan_image_folder",
     "write_tfrecords",

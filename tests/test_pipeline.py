@@ -1,0 +1,200 @@
+"""Builders on real files: exactly-once delivery, formats, shapes, errors, MonitoredSession."""
+
+import itertools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+import queuekit as qk
+from queuekit.tfrecord import make_example
+from tests.helpers import v1
+from tests.imagefactory import make_mixed_folder, rgb
+from tests.seed import makeTFRec
+
+
+def _write(path, ids, *, shape=(4, 6, 3), fmt="raw", raw_len=None):
+    """Records whose filename feature is a unique id and whose pixels encode it."""
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for i in ids:
+            pixels = np.full(shape, i % 251, np.uint8)
+            if fmt == "raw":
+                data = pixels.tobytes()[:raw_len]
+            else:
+                data = qk.images.encode(pixels, fmt)
+            w.write(make_example(data, label=i % 3, height=shape[0], width=shape[1],
+                                 fmt=fmt, label_text=f"c{i % 3}", filename=f"id{i}"))
+    return str(path)
+
+
+def _ids(batches):
+    return sorted(int(f[2:]) for b in batches for f in b["filename"].astype(str))
+
+
+@pytest.fixture
+def id_files(tmp_path):
+    return [_write(tmp_path / f"p{k}.tfrecords", range(37 * k, 37 * (k + 1))) for k in range(4)]
+
+
+GRID = list(itertools.product([1, 3], [1, 2], [None, 16], [False, True]))
+
+
+@pytest.mark.parametrize("readers,threads,read_many,shuffle", GRID)
+def test_each_record_exactly_once(id_files, readers, threads, read_many, shuffle):
+    """num_epochs=1 delivers each of 148 records once, for every readers/threads/read_many/shuffle."""
+    with qk.QueueSession() as qs:
+        b = qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1, num_readers=readers,
+                                num_threads=threads, read_many=read_many, shuffle=shuffle,
+                                seed=1)
+        assert _ids(qs.iterate(b)) == list(range(148))
+
+
+def test_two_epochs_deliver_each_record_twice(id_files):
+    """num_epochs=2 delivers every record exactly twice."""
+    with qk.QueueSession() as qs:
+        b = qk.tfrecord_batches(id_files, batch_size=32, num_epochs=2, num_readers=2)
+        assert _ids(qs.iterate(b)) == sorted(list(range(148)) * 2)
+
+
+def test_final_partial_batch_arrives(id_files):
+    """148 records in batches of 32 end with a batch of 20 (the seed dropped it)."""
+    with qk.QueueSession() as qs:
+        sizes = [len(b["label"]) for b in qs.iterate(
+            qk.tfrecord_batches(id_files, batch_size=32, num_epochs=1))]
+    assert sizes == [32, 32, 32, 32, 20]
+
+
+@pytest.mark.parametrize("fmt", ["raw", "jpeg", "png"])
+def test_formats_decode_to_uint8_and_normalise(tmp_path, fmt):
+    """raw, jpeg and png records decode to the declared shape; normalize gives [-0.5, 0.5]."""
+    path = _write(tmp_path / "f.tfrecords", range(10), shape=(8, 8, 3), fmt=fmt)
+    with qk.QueueSession() as qs:
+        raw = qk.tfrecord_batches(path, batch_size=10, num_epochs=1, normalize=False)
+        norm = qk.tfrecord_batches(path, batch_size=10, num_epochs=1)
+        a = qs.run(raw)
+        b = qs.run(norm)
+    assert a["image"].dtype == np.uint8 and a["image"].shape == (10, 8, 8, 3)
+    assert b["image"].dtype == np.float32
+    assert np.allclose(b["image"], a["image"] / 255.0 - 0.5, atol=1e-6)
+    assert b["label"].dtype == np.int32
+    if fmt != "jpeg":
+        assert (a["image"][:, 0, 0, 0] == np.arange(10)).all()
+
+
+def test_seed_files_use_the_seed_shape(tmp_path):
+    """Files from the seed's makeTFRec (label + img_raw) read as 256x256x3."""
+    paths = []
+    for i in range(3):
+        Image.fromarray(rgb(100, 120, seed=i)).save(tmp_path / f"{i}.png")
+        paths.append(str(tmp_path / f"{i}.png"))
+    makeTFRec(paths, [0, 1, 2], out=str(tmp_path / "mydata.tfrecords"))
+    with qk.QueueSession() as qs:
+        b = qk.tfrecord_batches(str(tmp_path / "mydata.tfrecords"), batch_size=2, num_epochs=1)
+        out = list(qs.iterate(b))
+    assert [len(x["label"]) for x in out] == [2, 1]
+    assert out[0]["image"].shape == (2, 256, 256, 3) and set(out[0]) == {"image", "label"}
+
+
+def test_queuekit_made_files_carry_their_features(tmp_path):
+    """Files from write_tfrecords give label_text and filename too."""
+    make_mixed_folder(tmp_path / "src")
+    made = qk.write_tfrecords(tmp_path / "src", tmp_path / "d.tfrecords", image_size=(16, 16),
+                              progress=False)
+    with qk.QueueSession() as qs:
+        got = list(qs.iterate(qk.tfrecord_batches(made.outputs, batch_size=8, num_epochs=1)))
+    assert sum(len(b["label"]) for b in got) == made.written
+    texts = {t.decode() for b in got for t in b["label_text"]}
+    assert texts == {"bird", "dog", "猫"}
+
+
+@pytest.mark.parametrize("read_many", [None, 4])
+def test_wrong_raw_size_names_record_and_sizes(tmp_path, read_many):
+    """A raw record shorter than its shape fails with file:index and both sizes."""
+    path = _write(tmp_path / "short.tfrecords", range(5), raw_len=50)
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+        with qk.QueueSession() as qs:
+            for _ in qs.iterate(qk.tfrecord_batches(path, batch_size=2, num_epochs=1,
+                                                    read_many=read_many)):
+                pass
+    msg = str(info.value)
+    assert "expected 72 bytes" in msg and "short.tfrecords:0" in msg and "50" in msg
+
+
+def test_missing_and_empty_inputs_fail_at_build_time(tmp_path):
+    """A missing path or glob is a FileNotFoundError naming it; no records is a DatasetError."""
+    with qk.QueueSession():
+        with pytest.raises(FileNotFoundError, match="nope.tfrecords"):
+            qk.tfrecord_batches(str(tmp_path / "nope.tfrecords"))
+        with pytest.raises(FileNotFoundError, match=r"\*.tfrecords"):
+            qk.tfrecord_batches(str(tmp_path / "*.tfrecords"))
+        (tmp_path / "empty.tfrecords").write_bytes(b"")
+        with pytest.raises(qk.DatasetError, match="no records"):
+            qk.tfrecord_batches(str(tmp_path / "empty.tfrecords"))
+
+
+def test_image_folder_batches_reads_mixed_modes(tmp_path):
+    """Gray, alpha, palette, animated and 16-bit images come out as HxWx3 batches, once each."""
+    make_mixed_folder(tmp_path / "src")
+    (tmp_path / "src" / "dog" / "cmyk.jpg").unlink()  # a format TensorFlow cannot decode
+    folder = qk.scan_image_folder(tmp_path / "src", extensions=qk.pipeline.TF_IMAGE_EXTENSIONS)
+    with qk.QueueSession() as qs:
+        b = qk.image_folder_batches(tmp_path / "src", image_size=(20, 24), batch_size=4,
+                                    num_epochs=1, num_threads=2)
+        got = list(qs.iterate(b))
+    names = sorted(f.decode() for x in got for f in x["filename"])
+    assert names == sorted(folder.relative(i) for i in range(len(folder)))
+    assert all(x["image"].shape[1:] == (20, 24, 3) for x in got)
+
+
+def test_image_folder_bad_file_names_it(tmp_path):
+    """A junk file with an image extension fails the run with its path."""
+    make_mixed_folder(tmp_path / "src")
+    (tmp_path / "src" / "dog" / "cmyk.jpg").unlink()
+    (tmp_path / "src" / "dog" / "junk.jpg").write_bytes(b"nope")
+    with pytest.raises(tf.errors.InvalidArgumentError, match="junk.jpg"):
+        with qk.QueueSession() as qs:
+            for _ in qs.iterate(qk.image_folder_batches(tmp_path / "src", image_size=8,
+                                                        batch_size=2, num_epochs=1)):
+                pass
+
+
+def test_works_under_monitored_training_session(id_files):
+    """The builders are ordinary queue runners: MonitoredTrainingSession runs them too."""
+    with tf.Graph().as_default():
+        b = qk.tfrecord_batches(id_files, batch_size=16, num_epochs=1, num_readers=2)
+        got = []
+        with v1.train.MonitoredTrainingSession() as sess:
+            while not sess.should_stop():
+                got.append(sess.run(b))
+    assert _ids(got) == list(range(148))
+
+
+def test_works_with_a_hand_written_coordinator_loop(id_files):
+    """The classic Session + Coordinator + start_queue_runners loop reads every record."""
+    with tf.Graph().as_default():
+        b = qk.tfrecord_batches(id_files, batch_size=16, num_epochs=1)
+        got = []
+        with v1.Session() as sess:
+            sess.run(v1.local_variables_initializer())
+            coord = v1.train.Coordinator()
+            threads = v1.train.start_queue_runners(sess=sess, coord=coord)
+            try:
+                while not coord.should_stop():
+                    got.append(sess.run(b))
+            except tf.errors.OutOfRangeError:
+                pass
+            finally:
+                coord.request_stop()
+                coord.join(threads)
+    assert _ids(got) == list(range(148))
+
+
+def test_capacity_is_bounded_by_bytes(tmp_path):
+    """The default batch-queue capacity holds about QUEUE_BYTES of images, at least 2 batches."""
+    path = _write(tmp_path / "big.tfrecords", range(3), shape=(256, 256, 3))
+    with qk.QueueSession() as qs:
+        qk.tfrecord_batches(path, batch_size=32, num_epochs=1)
+        qs.run(tf.constant(0))
+        cap = {s.name: s.capacity for s in qs.queue_stats()}["tfrecord_batches/batch/fifo_queue"]
+    assert cap == qk.pipeline.QUEUE_BYTES // (256 * 256 * 3)
