@@ -1,5 +1,6 @@
 """queuekit: safe and fast TF1 graph-mode queue input pipelines."""
 
+from queuekit.bench import BenchReport, benchmark
 from queuekit.errors import (
     CorruptRecordError,
     DatasetError,
@@ -31,6 +32,8 @@ __all__ = [
     "QueueStat",
     "tfrecord_batches",
     "image_folder_batches",
+    "benchmark",
+    "BenchReport",
     "ImageFolder",
     "scan_image_folder",
     "write_tfrecords",

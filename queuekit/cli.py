@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from queuekit import __version__
@@ -110,6 +111,89 @@ def _run_inspect(args) -> int:
     return 1 if report.corrupt else 0
 
 
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    return values
+
+
+def add_bench_parser(sub) -> None:
+    p = sub.add_parser("bench", help="measure reader/thread counts beside tf.data",
+                       description="Run every configuration of the grid in its own process and "
+                                   "report median records/s, MB/s, queue fill, CPU and RSS.")
+    p.add_argument("files", nargs="*", metavar="FILES")
+    p.add_argument("--readers", type=_ints, default=[1, 2, 4])
+    p.add_argument("--threads", type=_ints, default=[1, 2])
+    p.add_argument("--read-many", type=_ints, default=[0, 64])
+    p.add_argument("--batch-size", type=_positive, default=32)
+    p.add_argument("--shuffle", action="store_true")
+    p.add_argument("--seconds", type=float, default=5.0)
+    p.add_argument("--warmup-batches", type=int, default=20)
+    p.add_argument("--repeat", type=_positive, default=3)
+    p.add_argument("--step-ms", type=float, default=0.0,
+                   help="simulated training step per batch")
+    p.add_argument("--compare", default="tfdata,seed",
+                   help="reference rows: tfdata, seed (comma-separated, or none)")
+    p.add_argument("--json", metavar="PATH", help="write machine-readable results")
+    p.add_argument("--synthetic", type=_positive, metavar="N",
+                   help="benchmark N generated images instead of FILES")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=_run_bench)
+
+
+def _run_bench(args) -> int:
+    import tempfile
+
+    import queuekit as qk
+    from queuekit.demo import generate_images
+
+    compare = [c for c in args.compare.split(",") if c and c != "none"]
+    bad = [c for c in compare if c not in ("tfdata", "seed")]
+    if bad or (not args.files and not args.synthetic):
+        print("queuekit bench: error: give FILES or --synthetic N; --compare takes tfdata,seed",
+              file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="queuekit-bench-") as tmp:
+        files = args.files
+        if args.synthetic:
+            generate_images(os.path.join(tmp, "images"), args.synthetic)
+            files = qk.write_tfrecords(os.path.join(tmp, "images"),
+                                       os.path.join(tmp, "bench.tfrecords"),
+                                       progress=_progress(args)).outputs
+        report = qk.benchmark(files, readers=args.readers, threads=args.threads,
+                              read_many=[k or None for k in args.read_many],
+                              batch_size=args.batch_size, shuffle=args.shuffle,
+                              seconds=args.seconds, warmup_batches=args.warmup_batches,
+                              repeat=args.repeat, step_ms=args.step_ms, compare=compare,
+                              progress=_progress(args))
+    print(report.table())
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            f.write(report.to_json())
+    return 0
+
+
+def add_demo_parser(sub) -> None:
+    p = sub.add_parser("demo", help="the whole job on generated data",
+                       description="Generate an image folder, make TFRecords, read one epoch "
+                                   "exactly once, export, and run a short bench.")
+    p.add_argument("--workdir", default="queuekit-demo")
+    p.add_argument("--images", type=_positive, default=600)
+    p.add_argument("--no-bench", action="store_true", help="skip the short benchmark")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=_run_demo)
+
+
+def _run_demo(args) -> int:
+    from queuekit.demo import run_demo
+
+    return run_demo(args.workdir, args.images, bench=not args.no_bench, progress=_progress(args))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="queuekit",
@@ -117,12 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"queuekit {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (add_make_parser, add_export_parser, add_inspect_parser):
+    for add in (add_demo_parser, add_make_parser, add_export_parser, add_inspect_parser,
+                add_bench_parser):
         add(sub)
-    for name in ("add_demo_parser", "add_bench_parser"):
-        extra = globals().get(name)
-        if extra:
-            extra(sub)
     return parser
 
 

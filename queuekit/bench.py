@@ -1,0 +1,230 @@
+"""``queuekit bench``: records/s of reader/thread configurations, beside tf.data and the seed.
+
+Each configuration runs in a fresh process (fresh TF thread pools, an honest
+peak RSS), builds a fresh graph, discards ``warmup`` batches, then measures
+``repeat`` windows of ``seconds`` each; rows report medians. The batch is
+consumed in the graph (a sum, like a training step would) so that no
+configuration pays for copying images out to numpy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+
+
+def _tf():
+    import tensorflow as tf
+
+    return tf
+
+
+@dataclasses.dataclass
+class BenchRow:
+    kind: str  # "queuekit", "tf.data", "seed-style"
+    readers: int | None
+    threads: int | None
+    read_many: int | None
+    records_per_s: float | None = None
+    mb_per_s: float | None = None
+    batches_per_s: float | None = None
+    queue_fill: float | None = None
+    cpu_percent: float | None = None
+    peak_rss_mb: float | None = None
+    runs: list[float] = dataclasses.field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        if self.kind != "queuekit":
+            return self.kind
+        return f"readers={self.readers} threads={self.threads} read-many={self.read_many or 0}"
+
+
+@dataclasses.dataclass
+class BenchReport:
+    rows: list[BenchRow]
+    machine: dict
+
+    @property
+    def best(self) -> BenchRow | None:
+        ok = [r for r in self.rows if r.kind == "queuekit" and r.records_per_s]
+        return max(ok, key=lambda r: r.records_per_s) if ok else None
+
+    def reference(self, kind: str) -> BenchRow | None:
+        return next((r for r in self.rows if r.kind == kind and r.records_per_s), None)
+
+    def summary(self) -> str:
+        best = self.best
+        if best is None:
+            return "best: no configuration ran"
+        ratios = [f"{best.records_per_s / ref.records_per_s:.2f}x {kind}"
+                  for kind in ("tf.data", "seed-style") if (ref := self.reference(kind))]
+        extra = f"  ({', '.join(ratios)})" if ratios else ""
+        return f"best: {best.label}  {best.records_per_s:,.0f} rec/s{extra}"
+
+    def table(self) -> str:
+        head = ["configuration", "rec/s", "MB/s", "batch/s", "fill", "cpu%", "rss MB"]
+        lines = []
+        best = self.best
+        for r in self.rows:
+            if r.error:
+                cells = [r.label, f"failed: {r.error}"]
+            else:
+                cells = [r.label, _f(r.records_per_s, 0), _f(r.mb_per_s, 1),
+                         _f(r.batches_per_s, 1), _f(r.queue_fill, 2), _f(r.cpu_percent, 0),
+                         _f(r.peak_rss_mb, 0)]
+            lines.append(("* " if r is best else "  ", cells))
+        widths = [max(len(c[i]) if i < len(c) else 0 for _, c in lines + [("", head)])
+                  for i in range(len(head))]
+        out = ["  " + "  ".join(h.rjust(w) if i else h.ljust(w)
+                                for i, (h, w) in enumerate(zip(head, widths)))]
+        for mark, cells in lines:
+            out.append(mark + "  ".join(c.rjust(w) if i else c.ljust(w)
+                                        for i, (c, w) in enumerate(zip(cells, widths))))
+        return "\n".join(out + [self.summary()])
+
+    def to_json(self) -> str:
+        return json.dumps({"machine": self.machine, "rows": [dataclasses.asdict(r) | {
+            "label": r.label} for r in self.rows], "summary": self.summary()}, indent=2)
+
+
+def _f(v, digits):
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def machine_info() -> dict:
+    tf = _tf()
+    return {"cores": os.cpu_count(), "tensorflow": tf.__version__,
+            "python": platform.python_version(), "platform": platform.platform()}
+
+
+def benchmark(files, *, readers=(1, 2, 4), threads=(1,), read_many=(None,), batch_size=32,
+              shuffle=False, seconds=5.0, warmup_batches=20, repeat=3, step_ms=0.0,
+              compare=("tfdata", "seed"), progress=False) -> BenchReport:
+    """Measure every configuration of the grid, each in its own process."""
+    from tqdm import tqdm
+
+    from queuekit.export import expand_files
+
+    files = expand_files(files)
+    configs = [("queuekit", r, t, k or None)
+               for r, t, k in itertools.product(readers, threads, read_many)]
+    configs += [({"tfdata": "tf.data", "seed": "seed-style"}[c], None, None, None)
+                for c in compare]
+    rows = []
+    for kind, r, t, k in tqdm(configs, desc="bench", disable=not progress, file=sys.stderr):
+        spec = dict(kind=kind, readers=r, threads=t, read_many=k, files=files,
+                    batch_size=batch_size, shuffle=shuffle, seconds=seconds,
+                    warmup_batches=warmup_batches, repeat=repeat, step_ms=step_ms)
+        rows.append(_in_child(spec))
+    return BenchReport(rows, machine_info())
+
+
+def _in_child(spec) -> BenchRow:
+    row = BenchRow(spec["kind"], spec["readers"], spec["threads"], spec["read_many"])
+    try:
+        proc = subprocess.run([sys.executable, "-m", "queuekit.bench", json.dumps(spec)],
+                              capture_output=True, text=True,
+                              timeout=120 + spec["repeat"] * spec["seconds"] * 3)
+    except subprocess.TimeoutExpired:
+        row.error = "timed out"
+        return row
+    last = proc.stdout.strip().splitlines()[-1:] if proc.stdout.strip() else []
+    if proc.returncode != 0 or not last:
+        err = [line for line in proc.stderr.splitlines() if line.strip()]
+        row.error = (err[-1] if err else f"exit code {proc.returncode}")[:200]
+        return row
+    return BenchRow(**json.loads(last[0]))
+
+
+def _graph(spec):
+    """(graph, fetch, batch-queue name or None, session kind) for one configuration."""
+    tf = _tf()
+    v1 = tf.compat.v1
+    import queuekit as qk
+
+    graph = tf.Graph()
+    with graph.as_default():
+        files, bs = spec["files"], spec["batch_size"]
+        shape = qk.pipeline._record_layout(files, None)[0]
+        if spec["kind"] == "queuekit":
+            b = qk.tfrecord_batches(files, batch_size=bs, shuffle=spec["shuffle"],
+                                    num_readers=spec["readers"], num_threads=spec["threads"],
+                                    read_many=spec["read_many"])
+        elif spec["kind"] == "tf.data":
+            def parse(ser):
+                f = tf.io.parse_single_example(ser, {
+                    "label": tf.io.FixedLenFeature([], tf.int64),
+                    "img_raw": tf.io.FixedLenFeature([], tf.string)})
+                img = tf.reshape(tf.io.decode_raw(f["img_raw"], tf.uint8), shape)
+                return {"image": tf.cast(img, tf.float32) * (1.0 / 255) - 0.5,
+                        "label": tf.cast(f["label"], tf.int32)}
+            ds = tf.data.TFRecordDataset(files, num_parallel_reads=tf.data.AUTOTUNE).repeat()
+            if spec["shuffle"]:
+                ds = ds.shuffle(1000)
+            ds = ds.map(parse, tf.data.AUTOTUNE).batch(bs).prefetch(tf.data.AUTOTUNE)
+            b = v1.data.make_one_shot_iterator(ds).get_next()
+        else:  # the seed's read_and_decode(flag='train'), with its normalise-before-batch
+            with qk.pipeline._quiet_deprecations():
+                fq = v1.train.string_input_producer(files)
+                _, ser = v1.TFRecordReader().read(fq)
+                f = tf.io.parse_single_example(ser, {
+                    "label": tf.io.FixedLenFeature([], tf.int64),
+                    "img_raw": tf.io.FixedLenFeature([], tf.string)})
+                img = tf.reshape(tf.io.decode_raw(f["img_raw"], tf.uint8), shape)
+                img = tf.cast(img, tf.float32) * (1.0 / 255) - 0.5
+                im, lab = v1.train.batch([img, tf.cast(f["label"], tf.int32)], batch_size=bs,
+                                         capacity=20)
+                b = {"image": im, "label": lab}
+        fetch = [tf.reduce_sum(b["image"]), tf.shape(b["label"])[0]]
+    return graph, fetch, shape
+
+
+def _measure(spec) -> BenchRow:
+    import queuekit as qk
+
+    graph, fetch, shape = _graph(spec)
+    row = BenchRow(spec["kind"], spec["readers"], spec["threads"], spec["read_many"])
+    rates, fills, cpu = [], [], []
+    step = spec["step_ms"] / 1000.0
+    with qk.QueueSession(graph, stall_timeout_secs=120) as qs:
+        for _ in range(spec["warmup_batches"]):
+            qs.run(fetch)
+        for _ in range(spec["repeat"]):
+            n = batches = 0
+            t0, c0 = time.perf_counter(), time.process_time()
+            while time.perf_counter() - t0 < spec["seconds"]:
+                n += int(qs.run(fetch)[1])
+                batches += 1
+                if step:
+                    time.sleep(step)  # a simulated training step, on the consumer side
+                if batches % 10 == 0:
+                    stats = [s for s in qs.queue_stats() if s.fill is not None]
+                    if stats:
+                        fills.append(stats[-1].fill)
+            wall = time.perf_counter() - t0
+            rates.append(n / wall)
+            cpu.append(100 * (time.process_time() - c0) / wall)
+            row.batches_per_s = batches / wall
+    row.runs = rates
+    row.records_per_s = statistics.median(rates)
+    row.mb_per_s = row.records_per_s * shape[0] * shape[1] * shape[2] / 1e6
+    row.queue_fill = statistics.mean(fills) if fills else None
+    row.cpu_percent = statistics.median(cpu)
+    row.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return row
+
+
+if __name__ == "__main__":  # one configuration, in its own process
+    result = _measure(json.loads(sys.argv[1]))
+    print(json.dumps(dataclasses.asdict(result)))
