@@ -55,11 +55,11 @@ def generate_images(root, n: int, *, seed: int = 0) -> list[str]:
 
 
 def run_demo(workdir: str = "queuekit-demo", images: int = 600, *, bench: bool = True,
-             progress: bool = True, out=sys.stdout) -> int:
+             progress: bool = True, out=None) -> int:
     import queuekit as qk
 
     def say(text):
-        print(text, file=out, flush=True)
+        print(text, file=out or sys.stdout, flush=True)
 
     started = time.monotonic()
     workdir = os.path.abspath(workdir)

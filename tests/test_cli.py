@@ -1,0 +1,55 @@
+"""The demo end to end, bench output, and every subcommand's --help and bad arguments."""
+
+import json
+
+import pytest
+
+from queuekit.cli import main
+from tests.test_pipeline import _write
+
+SUBCOMMANDS = ["demo", "make", "export", "inspect", "bench"]
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_every_subcommand_has_help(command, capsys):
+    """`queuekit <command> --help` exits 0 and shows the usage."""
+    assert main([command, "--help"]) == 0
+    assert f"usage: queuekit {command}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["make"], ["export", "only_one"], ["inspect"],
+                                  ["bench", "--readers", "x"], ["nosuch"], [],
+                                  ["make", "a", "b", "--shards", "0"], ["bench"]])
+def test_bad_arguments_exit_2(argv, capsys):
+    """Usage errors exit 2 and say what is wrong on stderr."""
+    assert main(argv) == 2
+    assert capsys.readouterr().err
+
+
+def test_demo_runs_end_to_end(tmp_path, capsys):
+    """The demo generates, makes, reads exactly once and exports, in a temp dir."""
+    assert main(["demo", "--workdir", str(tmp_path), "--images", "40", "--no-bench",
+                 "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "every record exactly once: yes" in out
+    assert (tmp_path / "data" / "demo-00000-of-00002.tfrecords").exists()
+    assert any((tmp_path / "export").iterdir())
+
+
+def test_bench_json_has_every_row_and_reports_a_failing_config(tmp_path, capsys):
+    """bench --json lists each configuration and the references; a failing row is not fatal."""
+    path = _write(tmp_path / "b.tfrecords", range(64), shape=(8, 8, 3))
+    out = tmp_path / "r.json"
+    # read-many larger than the queue can ever hold is fine; threads=0 is not a valid config
+    assert main(["bench", path, "--readers", "1,2", "--threads", "0,1", "--read-many", "0",
+                 "--seconds", "0.3", "--repeat", "1", "--warmup-batches", "1",
+                 "--batch-size", "8", "--json", str(out), "--quiet"]) == 0
+    table = capsys.readouterr().out
+    report = json.loads(out.read_text())
+    labels = [r["label"] for r in report["rows"]]
+    assert labels == ["readers=1 threads=0 read-many=0", "readers=1 threads=1 read-many=0",
+                      "readers=2 threads=0 read-many=0", "readers=2 threads=1 read-many=0",
+                      "tf.data", "seed-style"]
+    ok = [r for r in report["rows"] if r["records_per_s"]]
+    assert len(ok) >= 4 and report["machine"]["cores"] >= 1
+    assert "best:" in table and "x tf.data" in report["summary"]
