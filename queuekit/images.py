@@ -21,6 +21,12 @@ MAX_PIXELS = 89_478_485
 
 
 def load_rgb(path: str, size: tuple[int, int], *, max_pixels: int = MAX_PIXELS) -> np.ndarray:
+    """Like :func:`load_rgb_image`, as a uint8 [height, width, 3] array."""
+    return np.asarray(load_rgb_image(path, size, max_pixels=max_pixels), dtype=np.uint8)
+
+
+def load_rgb_image(path: str, size: tuple[int, int], *,
+                   max_pixels: int = MAX_PIXELS) -> Image.Image:
     """Read ``path`` as uint8 RGB resized to ``size`` = (height, width).
 
     Handles grayscale, grayscale+alpha, palette (with transparency), RGBA
@@ -48,8 +54,10 @@ def load_rgb(path: str, size: tuple[int, int], *, max_pixels: int = MAX_PIXELS) 
                 im = ImageOps.exif_transpose(im)
                 rgb = _to_rgb(im)
                 if rgb.size != (width, height):
-                    rgb = rgb.resize((width, height), Image.BICUBIC)
-                return np.asarray(rgb, dtype=np.uint8)
+                    # reducing_gap: a box reduction first, then bicubic; visually the same
+                    # as a full bicubic (tested), several times faster on large inputs.
+                    rgb = rgb.resize((width, height), Image.BICUBIC, reducing_gap=3.0)
+                return rgb
         except ValueError:
             raise
         except Image.DecompressionBombError as e:
@@ -79,15 +87,16 @@ def _to_rgb(im: Image.Image) -> Image.Image:
     return im.convert("RGB")  # L, 1, CMYK, YCbCr, LAB, HSV
 
 
-def encode(pixels: np.ndarray, encoding: str) -> bytes:
-    """The ``img_raw`` bytes of an RGB array: raw, JPEG (quality 95) or PNG."""
+def encode(pixels, encoding: str) -> bytes:
+    """The ``img_raw`` bytes of an RGB image or array: raw, JPEG (quality 95) or PNG."""
+    im = pixels if isinstance(pixels, Image.Image) else Image.fromarray(pixels, "RGB")
     if encoding == "raw":
-        return pixels.tobytes()
+        return im.tobytes()
     buf = io.BytesIO()
     if encoding == "jpeg":
-        Image.fromarray(pixels, "RGB").save(buf, "JPEG", quality=95)
+        im.save(buf, "JPEG", quality=95)
     elif encoding == "png":
-        Image.fromarray(pixels, "RGB").save(buf, "PNG", compress_level=1)
+        im.save(buf, "PNG", compress_level=1)
     else:
         raise ValueError(f"encoding must be raw, jpeg or png, not {encoding!r}")
     return buf.getvalue()
@@ -97,7 +106,7 @@ def load_and_encode(task):
     """Worker entry: (index, path, size, encoding) -> (index, img bytes or None, skip reason)."""
     index, path, size, encoding = task
     try:
-        return index, encode(load_rgb(path, size), encoding), None
+        return index, encode(load_rgb_image(path, size), encoding), None
     except ValueError as e:
         return index, None, str(e)
     except MemoryError:
