@@ -1,7 +1,6 @@
 """QueueSession on real TF sessions, real files and real threads."""
 
 import threading
-import time
 
 import numpy as np
 import pytest
