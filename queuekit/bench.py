@@ -163,12 +163,8 @@ def _graph(spec):
                                     read_many=spec["read_many"])
         elif spec["kind"] == "tf.data":
             def parse(ser):
-                f = tf.io.parse_single_example(ser, {
-                    "label": tf.io.FixedLenFeature([], tf.int64),
-                    "img_raw": tf.io.FixedLenFeature([], tf.string)})
-                img = tf.reshape(tf.io.decode_raw(f["img_raw"], tf.uint8), shape)
-                return {"image": tf.cast(img, tf.float32) * (1.0 / 255) - 0.5,
-                        "label": tf.cast(f["label"], tf.int32)}
+                img, label = _parse_normalised(ser, shape)
+                return {"image": img, "label": label}
             ds = tf.data.TFRecordDataset(files, num_parallel_reads=tf.data.AUTOTUNE).repeat()
             if spec["shuffle"]:
                 ds = ds.shuffle(1000)
@@ -178,16 +174,21 @@ def _graph(spec):
             with qk.pipeline._quiet_deprecations():
                 fq = v1.train.string_input_producer(files)
                 _, ser = v1.TFRecordReader().read(fq)
-                f = tf.io.parse_single_example(ser, {
-                    "label": tf.io.FixedLenFeature([], tf.int64),
-                    "img_raw": tf.io.FixedLenFeature([], tf.string)})
-                img = tf.reshape(tf.io.decode_raw(f["img_raw"], tf.uint8), shape)
-                img = tf.cast(img, tf.float32) * (1.0 / 255) - 0.5
-                im, lab = v1.train.batch([img, tf.cast(f["label"], tf.int32)], batch_size=bs,
+                im, lab = v1.train.batch(list(_parse_normalised(ser, shape)), batch_size=bs,
                                          capacity=20)
                 b = {"image": im, "label": lab}
         fetch = [tf.reduce_sum(b["image"]), tf.shape(b["label"])[0]]
     return graph, fetch, shape
+
+
+def _parse_normalised(serialized, shape):
+    """The seed's parse, decode and normalise of one record (float32 image, int32 label)."""
+    tf = _tf()
+    f = tf.io.parse_single_example(serialized, {
+        "label": tf.io.FixedLenFeature([], tf.int64),
+        "img_raw": tf.io.FixedLenFeature([], tf.string)})
+    img = tf.reshape(tf.io.decode_raw(f["img_raw"], tf.uint8), shape)
+    return tf.cast(img, tf.float32) * (1.0 / 255) - 0.5, tf.cast(f["label"], tf.int32)
 
 
 def _measure(spec) -> BenchRow:
