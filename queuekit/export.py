@@ -15,7 +15,13 @@ from tqdm import tqdm
 
 from queuekit.errors import CorruptRecordError, DatasetError, InputNotFound
 from queuekit.make import temp_beside
-from queuekit.tfrecord import Corruption, decode_example, feature_value, scan_records
+from queuekit.tfrecord import (
+    Corruption,
+    decode_example,
+    feature_value,
+    first_value,
+    scan_records,
+)
 
 _EXPORT_FORMATS = {"jpg": "JPEG", "jpeg": "JPEG", "png": "PNG"}
 
@@ -199,8 +205,7 @@ def _tally(data, features, shapes, labels) -> None:
         d["count"] += 1
 
     def one(name):
-        return feature_value(feats[name])[1][0] if name in feats and feature_value(
-            feats[name])[1] else None
+        return first_value(feats, name)
 
     if "img_raw" in feats:
         fmt = (one("format") or b"raw").decode()

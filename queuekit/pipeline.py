@@ -18,7 +18,7 @@ import tensorflow as tf
 from queuekit.errors import DatasetError
 from queuekit.export import expand_files
 from queuekit.folder import ImageFolder, scan_image_folder
-from queuekit.tfrecord import SEED_SHAPE, Record, feature_value, scan_records
+from queuekit.tfrecord import SEED_SHAPE, Record, first_value, scan_records
 
 _v1 = tf.compat.v1
 # Default queue memory: elements of the batch queue, in bytes of uint8 images.
@@ -49,10 +49,7 @@ def _record_layout(files, image_shape):
             feats = tf.train.Example.FromString(item.data).features.feature
 
             def one(name, default):
-                if name not in feats:
-                    return default
-                values = feature_value(feats[name])[1]
-                return values[0] if values else default
+                return first_value(feats, name, default)
 
             if "img_raw" not in feats:
                 raise DatasetError(f"{path}: record 0 has no 'img_raw' feature "

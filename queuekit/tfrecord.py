@@ -128,6 +128,14 @@ def feature_value(feature):
         getattr(feature, kind).value)
 
 
+def first_value(feats, name: str, default=None):
+    """The first value of feature ``name`` in a features map, or ``default``."""
+    if name not in feats:
+        return default
+    values = feature_value(feats[name])[1]
+    return values[0] if values else default
+
+
 def decode_example(data: bytes, *, where: str) -> Decoded:
     """Decode one serialized record (queuekit or seed format) to pixels and label.
 
@@ -141,10 +149,7 @@ def decode_example(data: bytes, *, where: str) -> Decoded:
     feats = example.features.feature
 
     def one(name, default=None):
-        if name not in feats:
-            return default
-        _, values = feature_value(feats[name])
-        return values[0] if values else default
+        return first_value(feats, name, default)
 
     img = one("img_raw")
     if img is None:
