@@ -100,14 +100,3 @@ def encode(pixels, encoding: str) -> bytes:
     else:
         raise ValueError(f"encoding must be raw, jpeg or png, not {encoding!r}")
     return buf.getvalue()
-
-
-def load_and_encode(task):
-    """Worker entry: (index, path, size, encoding) -> (index, img bytes or None, skip reason)."""
-    index, path, size, encoding = task
-    try:
-        return index, encode(load_rgb_image(path, size), encoding), None
-    except ValueError as e:
-        return index, None, str(e)
-    except MemoryError:
-        return index, None, "out of memory while decoding"

@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import collections
+import concurrent.futures
+import contextlib
 import dataclasses
 import logging
 import multiprocessing
 import os
-import sys
 import secrets
+import signal
+import sys
 import time
+from typing import Iterator
 
-import tensorflow as tf
 from tqdm import tqdm
 
 from queuekit.errors import DatasetError, ImageDecodeError, OutputExistsError
 from queuekit.folder import ImageFolder, scan_image_folder
-from queuekit.images import load_and_encode
-from queuekit.tfrecord import FORMATS, make_example
+from queuekit.images import encode, load_rgb_image
+from queuekit.tfrecord import FORMATS, frame, make_example
 
 log = logging.getLogger(__name__)
 
@@ -101,56 +104,69 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str = "r
     workers = (os.cpu_count() or 1) if workers is None else max(1, int(workers))
 
     started = time.monotonic()
-    temps = []
-    writers = []
+    temps: list[str] = []
+    files: list = []
     skipped: list[tuple[str, str]] = []
     per_class: collections.Counter = collections.Counter()
+    written = size = 0
+    tasks = [(path, (height, width), encoding, folder.labels[i],
+              folder.class_names[folder.labels[i]], folder.relative(i))
+             for i, path in enumerate(folder.paths)]
     try:
-        for final in finals:
-            temps.append(temp_beside(final))
-        writers = [tf.io.TFRecordWriter(t) for t in temps[:-1]]
-        tasks = [(i, p, (height, width), encoding) for i, p in enumerate(folder.paths)]
+        temps = [temp_beside(final) for final in finals]
+        files = [open(t, "wb") for t in temps[:-1]]  # noqa: SIM115 - closed in finally
         bar = tqdm(total=len(tasks), unit="img", desc="make", disable=not progress,
                    file=sys.stderr)
-        written = 0
-        with bar:
-            for index, img, reason in _decoded(tasks, workers):
+        with bar, _ordered_map(encode_record, tasks, workers) as results:
+            for (path, _, _, _, class_name, _), (record, reason) in zip(tasks, results):
                 bar.update()
-                path = folder.paths[index]
-                if img is None:
+                if record is None:
                     if strict:
                         raise ImageDecodeError(f"{path}: {reason}")
                     log.warning("skipped %s: %s", path, reason)
                     skipped.append((path, reason))
                     continue
-                label = folder.labels[index]
-                writers[written % shards].write(make_example(
-                    img, label=label, height=height, width=width, fmt=encoding,
-                    label_text=folder.class_names[label], filename=folder.relative(index)))
-                per_class[folder.class_names[label]] += 1
+                files[written % shards].write(record)
+                per_class[class_name] += 1
                 written += 1
+                size += len(record)
         if written == 0:
             raise DatasetError(f"{folder.root}: none of the {len(tasks)} images could be read "
                                f"(first: {skipped[0][0]}: {skipped[0][1]})")
-        for w in writers:
-            w.close()
-        writers = []
+        for f in files:
+            f.close()
         with open(temps[-1], "w", encoding="utf-8") as f:
             f.write("".join(name + "\n" for name in folder.class_names))
         for tmp, final in zip(temps, finals):
             os.replace(tmp, final)
         temps = []
     finally:
-        for w in writers:
-            w.close()
+        for f in files:
+            f.close()
         for tmp in temps:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
     return WriteReport(written, skipped, finals[:-1], finals[-1], list(folder.class_names),
-                       sum(os.path.getsize(p) for p in finals[:-1]),
-                       time.monotonic() - started, dict(per_class))
+                       size, time.monotonic() - started, dict(per_class))
+
+
+def encode_record(task) -> tuple[bytes | None, str | None]:
+    """One image -> (the framed TFRecord bytes, None), or (None, why it was skipped).
+
+    Runs in the worker processes: everything per image (decode, resize,
+    encode, serialise, CRC) happens here, so the parent only writes bytes.
+    """
+    path, size, encoding, label, label_text, filename = task
+    try:
+        data = encode(load_rgb_image(path, size), encoding)
+    except ValueError as e:
+        return None, str(e)
+    except MemoryError:
+        return None, "out of memory while decoding"
+    return frame(make_example(data, label=label, height=size[0], width=size[1], fmt=encoding,
+                              label_text=label_text, filename=filename)), None
 
 
 def temp_beside(final: str) -> str:
@@ -177,29 +193,46 @@ def _size(image_size) -> tuple[int, int]:
     return h, w
 
 
-def _decoded(tasks, workers):
-    """Yield load_and_encode(task) in task order, decoding in ``workers`` processes.
+def _run_chunk(fn, chunk):
+    return [fn(task) for task in chunk]
 
-    At most a few chunks per worker are in flight, so memory stays bounded
-    whatever the number of images.
+
+def _ignore_sigint():
+    # Ctrl-C reaches the whole process group: the parent alone handles it and
+    # shuts the pool down, instead of every worker dying with a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def _ordered_map(fn, tasks, workers: int) -> Iterator[Iterator]:
+    """An iterator of ``fn(task)`` in task order, computed in ``workers`` processes.
+
+    At most ``2 * workers`` chunks are in flight, so memory stays bounded
+    whatever the number of tasks. Leaving the ``with`` block (normally, on an
+    error or Ctrl-C) cancels what has not started and waits for the chunks
+    that have, which takes at most one chunk's time: no worker outlives it.
     """
     if workers == 1 or len(tasks) <= _CHUNK:
-        yield from map(load_and_encode, tasks)
+        yield map(fn, tasks)
         return
-    # fork: the workers only run Pillow and numpy, and need not import TensorFlow again.
+    # fork: the workers only run Pillow, numpy and our encoder; spawn would import
+    # TensorFlow again in each of them.
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    ctx = multiprocessing.get_context(method)
-    chunks = [tasks[i:i + _CHUNK] for i in range(0, len(tasks), _CHUNK)]
-    window = collections.deque()
-    pool = ctx.Pool(workers)
-    try:
-        for chunk in chunks:
-            window.append(pool.map_async(load_and_encode, chunk))
-            if len(window) >= 3 * workers:
-                yield from window.popleft().get()
+    pool = concurrent.futures.ProcessPoolExecutor(
+        workers, mp_context=multiprocessing.get_context(method), initializer=_ignore_sigint)
+    window: collections.deque = collections.deque()
+
+    def results():
+        for start in range(0, len(tasks), _CHUNK):
+            window.append(pool.submit(_run_chunk, fn, tasks[start:start + _CHUNK]))
+            if len(window) >= 2 * workers:
+                yield from window.popleft().result()
         while window:
-            yield from window.popleft().get()
-        pool.close()
+            yield from window.popleft().result()
+
+    try:
+        yield results()
     finally:
-        pool.terminate()
-        pool.join()
+        for future in window:
+            future.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)

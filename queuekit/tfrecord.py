@@ -86,26 +86,55 @@ def scan_records(path: str) -> Iterator[Record | Corruption]:
             index += 1
 
 
+def frame(data: bytes) -> bytes:
+    """One TFRecord: length, its masked CRC, ``data``, its masked CRC (``record_writer.cc``)."""
+    length = struct.pack("<Q", len(data))
+    return b"".join((length, struct.pack("<I", _masked_crc(length)), data,
+                     struct.pack("<I", _masked_crc(data))))
+
+
+def _varint(value: int) -> bytes:
+    value &= 0xFFFFFFFFFFFFFFFF  # protobuf encodes a negative int64 as its 64-bit two's complement
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (wire type 2)."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def encode_example(features: dict[str, int | bytes]) -> bytes:
+    """Serialize a ``tf.train.Example`` of single int64 or bytes features, without protobuf.
+
+    ``make`` builds one record per image in its worker processes: writing the
+    wire format directly avoids importing TensorFlow's protobuf classes there
+    and the copies they make of every image. Keys are written in sorted order,
+    so the same features always give the same bytes.
+    """
+    entries = []
+    for key in sorted(features):
+        value = features[key]
+        if isinstance(value, bytes):
+            feature = _field(1, _field(1, value))  # Feature.bytes_list{value: [v]}
+        else:  # Feature.int64_list{value: [v]}, packed
+            feature = _field(3, _field(1, _varint(int(value))))
+        entries.append(_field(1, _field(1, key.encode()) + _field(2, feature)))
+    return _field(1, b"".join(entries))  # Example.features{feature: map entries}
+
+
 def make_example(pixels_or_bytes: bytes, *, label: int, height: int, width: int,
                  channels: int = 3, fmt: str = "raw", label_text: str = "",
                  filename: str = "") -> bytes:
     """Serialize one record in queuekit's format (a superset of the seed's)."""
-    def i64(v):
-        return tf.train.Feature(int64_list=tf.train.Int64List(value=[int(v)]))
-
-    def raw(v):
-        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[v]))
-
-    return tf.train.Example(features=tf.train.Features(feature={
-        "label": i64(label),
-        "img_raw": raw(pixels_or_bytes),
-        "height": i64(height),
-        "width": i64(width),
-        "channels": i64(channels),
-        "format": raw(fmt.encode()),
-        "label_text": raw(label_text.encode("utf-8")),
-        "filename": raw(filename.encode("utf-8")),
-    })).SerializeToString()
+    return encode_example({
+        "label": label, "img_raw": bytes(pixels_or_bytes), "height": height, "width": width,
+        "channels": channels, "format": fmt.encode(), "label_text": label_text.encode("utf-8"),
+        "filename": filename.encode("utf-8")})
 
 
 @dataclasses.dataclass

@@ -1,5 +1,7 @@
 """Image folder -> TFRecord: scanning, image modes, bad input, atomic writes, shards."""
 
+import io
+import multiprocessing
 import os
 
 import numpy as np
@@ -112,23 +114,31 @@ def test_strict_fails_on_first_bad_file_and_writes_nothing(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["root"]
 
 
-def test_interrupted_write_leaves_no_output_and_no_temp(tmp_path, monkeypatch):
-    """An exception in the middle of writing (disk full, Ctrl-C) removes every partial file."""
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("error", [OSError(28, "No space left on device"), KeyboardInterrupt()])
+def test_interrupted_write_leaves_no_output_no_temp_no_worker(tmp_path, monkeypatch, workers,
+                                                              error):
+    """Disk full or Ctrl-C in the middle of writing removes every partial file and worker."""
     make_mixed_folder(tmp_path / "src")
-    calls = {"n": 0}
-    real = qk.make.make_example
+    writes = {"n": 0}
 
-    def failing(*a, **k):
-        calls["n"] += 1
-        if calls["n"] == 5:
-            raise OSError(28, "No space left on device")
-        return real(*a, **k)
+    class DiskFillsUp(io.FileIO):
+        def write(self, data):
+            writes["n"] += 1
+            if writes["n"] == 5:
+                raise error
+            return super().write(data)
 
-    monkeypatch.setattr(qk.make, "make_example", failing)
-    with pytest.raises(OSError, match="No space"):
+    def opener(path, mode="r", **kw):
+        return DiskFillsUp(path, mode) if mode == "wb" else open(path, mode, **kw)
+
+    monkeypatch.setattr(qk.make, "open", opener, raising=False)
+    with pytest.raises(type(error)):
         qk.write_tfrecords(tmp_path / "src", tmp_path / "out" / "o.tfrecords", shards=2,
-                           progress=False)
+                           workers=workers, progress=False)
+    assert writes["n"] == 5
     assert os.listdir(tmp_path / "out") == []
+    assert multiprocessing.active_children() == []
 
 
 def test_existing_output_is_never_overwritten_silently(tmp_path):
@@ -194,3 +204,24 @@ def test_jpeg_draft_decode_matches_a_full_decode(tmp_path):
     fast = images.load_rgb(str(p), (256, 256)).astype(int)
     full = np.asarray(Image.open(p).convert("RGB").resize((256, 256), Image.BICUBIC)).astype(int)
     assert np.abs(fast - full).mean() < 4
+
+
+def test_hand_encoded_example_parses_as_protobufs_own():
+    """The wire-format encoder gives the Example protobuf builds: ints (negative, large) and bytes."""
+    import tensorflow as tf
+
+    from queuekit.tfrecord import encode_example
+
+    feats = {"label": 3, "neg": -5, "big": 2**62, "zero": 0, "img_raw": bytes(range(256)) * 300,
+             "label_text": "猫".encode(), "empty": b""}
+
+    def feature(v):
+        if isinstance(v, bytes):
+            return tf.train.Feature(bytes_list=tf.train.BytesList(value=[v]))
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=[v]))
+
+    expected = tf.train.Example(features=tf.train.Features(
+        feature={k: feature(v) for k, v in feats.items()}))
+    ours = encode_example(feats)
+    assert tf.train.Example.FromString(ours) == expected
+    assert encode_example(dict(reversed(feats.items()))) == ours  # order-independent bytes
