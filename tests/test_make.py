@@ -1,6 +1,5 @@
 """Image folder -> TFRecord: scanning, image modes, bad input, atomic writes, shards."""
 
-import io
 import multiprocessing
 import os
 
@@ -90,14 +89,18 @@ def test_exif_orientation_is_applied(tmp_path):
     assert a[37, 10, 2] > 200 and a[37, 10, 0] < 60
 
 
-def test_bad_files_are_skipped_with_reasons(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_bad_files_are_skipped_with_reasons(tmp_path, workers):
     """Zero-byte, truncated, non-image and decompression-bomb files are skipped by name."""
     Image.fromarray(rgb(30, 30)).save(tmp_path / "ok.jpg")
     root = tmp_path / "root"
     bad = bad_files(root / "cls")
-    Image.fromarray(rgb(30, 30)).save(root / "cls" / "good.jpg")
-    report = qk.write_tfrecords(root, tmp_path / "o.tfrecords", progress=False, workers=1)
-    assert report.written == 1
+    for i in range(12):  # more than one chunk, so several worker processes take part
+        Image.fromarray(rgb(30, 30)).save(root / "cls" / f"good{i:02d}.jpg")
+    report = qk.write_tfrecords(root, tmp_path / "o.tfrecords", progress=False, workers=workers)
+    assert report.written == 12
+    assert [r.filename for r in _records(report.outputs[0])] == [
+        f"cls/good{i:02d}.jpg" for i in range(12)]
     reasons = dict(report.skipped)
     assert set(reasons) == set(bad.values())
     assert "decompression bomb" in reasons[bad["bomb"]]
@@ -121,18 +124,15 @@ def test_interrupted_write_leaves_no_output_no_temp_no_worker(tmp_path, monkeypa
     """Disk full or Ctrl-C in the middle of writing removes every partial file and worker."""
     make_mixed_folder(tmp_path / "src")
     writes = {"n": 0}
+    real_copy = qk.make._copy
 
-    class DiskFillsUp(io.FileIO):
-        def write(self, data):
-            writes["n"] += 1
-            if writes["n"] == 5:
-                raise error
-            return super().write(data)
+    def disk_fills_up(src, dst, length):  # the parent's append of one record to a shard
+        writes["n"] += 1
+        if writes["n"] == 5:
+            raise error
+        real_copy(src, dst, length)
 
-    def opener(path, mode="r", **kw):
-        return DiskFillsUp(path, mode) if mode == "wb" else open(path, mode, **kw)
-
-    monkeypatch.setattr(qk.make, "open", opener, raising=False)
+    monkeypatch.setattr(qk.make, "_copy", disk_fills_up)
     with pytest.raises(type(error)):
         qk.write_tfrecords(tmp_path / "src", tmp_path / "out" / "o.tfrecords", shards=2,
                            workers=workers, progress=False)
