@@ -9,6 +9,7 @@ configuration pays for copying images out to numpy.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -28,9 +29,18 @@ def _tf():
     return tf
 
 
+# --compare names -> the reference rows they add.
+REFERENCES = {
+    "tfdata": "tf.data",  # TFRecordDataset -> map(parse) -> batch -> prefetch, all AUTOTUNE
+    "seed": "seed-style",  # the seed's read_and_decode: 1 reader, normalise, batch(capacity=20)
+    "hand": "hand-written",  # queuekit's 1 reader x 1 thread graph, driven by a plain
+                             # Session + Coordinator + start_queue_runners: the wrapper's cost
+}
+
+
 @dataclasses.dataclass
 class BenchRow:
-    kind: str  # "queuekit", "tf.data", "seed-style"
+    kind: str  # "queuekit" or one of REFERENCES' values
     readers: int | None
     threads: int | None
     read_many: int | None
@@ -119,7 +129,7 @@ def benchmark(files, *, readers=(1, 2, 4), threads=(1,), read_many=(None,), batc
     files = expand_files(files)
     configs = [("queuekit", r, t, k or None)
                for r, t, k in itertools.product(readers, threads, read_many)]
-    configs += [({"tfdata": "tf.data", "seed": "seed-style"}[c], None, None, None)
+    configs += [(REFERENCES[c], 1 if c == "hand" else None, 1 if c == "hand" else None, None)
                 for c in compare]
     rows = []
     for kind, r, t, k in tqdm(configs, desc="bench", disable=not progress, file=sys.stderr):
@@ -157,7 +167,7 @@ def _graph(spec):
     with graph.as_default():
         files, bs = spec["files"], spec["batch_size"]
         shape = qk.pipeline._record_layout(files, None)[0]
-        if spec["kind"] == "queuekit":
+        if spec["kind"] in ("queuekit", "hand-written"):
             b = qk.tfrecord_batches(files, batch_size=bs, shuffle=spec["shuffle"],
                                     num_readers=spec["readers"], num_threads=spec["threads"],
                                     read_many=spec["read_many"])
@@ -191,26 +201,45 @@ def _parse_normalised(serialized, shape):
     return tf.cast(img, tf.float32) * (1.0 / 255) - 0.5, tf.cast(f["label"], tf.int32)
 
 
-def _measure(spec) -> BenchRow:
+@contextlib.contextmanager
+def _session(kind, graph):
+    """(run, queue_stats) of a QueueSession, or of the usual hand-written choreography."""
     import queuekit as qk
 
+    if kind != "hand-written":
+        with qk.QueueSession(graph, stall_timeout_secs=120) as qs:
+            yield qs.run, qs.queue_stats
+        return
+    v1 = _tf().compat.v1
+    with graph.as_default(), v1.Session(graph=graph) as sess:
+        sess.run(v1.local_variables_initializer())
+        coord = v1.train.Coordinator()
+        threads = v1.train.start_queue_runners(sess=sess, coord=coord)
+        try:
+            yield sess.run, list
+        finally:
+            coord.request_stop()
+            coord.join(threads)
+
+
+def _measure(spec) -> BenchRow:
     graph, fetch, shape = _graph(spec)
     row = BenchRow(spec["kind"], spec["readers"], spec["threads"], spec["read_many"])
     rates, fills, cpu = [], [], []
     step = spec["step_ms"] / 1000.0
-    with qk.QueueSession(graph, stall_timeout_secs=120) as qs:
+    with _session(spec["kind"], graph) as (run, queue_stats):
         for _ in range(spec["warmup_batches"]):
-            qs.run(fetch)
+            run(fetch)
         for _ in range(spec["repeat"]):
             n = batches = 0
             t0, c0 = time.perf_counter(), time.process_time()
             while time.perf_counter() - t0 < spec["seconds"]:
-                n += int(qs.run(fetch)[1])
+                n += int(run(fetch)[1])
                 batches += 1
                 if step:
                     time.sleep(step)  # a simulated training step, on the consumer side
                 if batches % 10 == 0:
-                    stats = [s for s in qs.queue_stats() if s.fill is not None]
+                    stats = [s for s in queue_stats() if s.fill is not None]
                     if stats:
                         fills.append(stats[-1].fill)
             wall = time.perf_counter() - t0

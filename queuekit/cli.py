@@ -137,7 +137,9 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--step-ms", type=float, default=0.0,
                    help="simulated training step per batch")
     p.add_argument("--compare", default="tfdata,seed",
-                   help="reference rows: tfdata, seed (comma-separated, or none)")
+                   help="reference rows, comma-separated, or none: tfdata (the tf.data "
+                        "pipeline), seed (the seed's read_and_decode), hand (the 1x1 graph "
+                        "run by a hand-written Session/Coordinator loop)")
     p.add_argument("--json", metavar="PATH", help="write machine-readable results")
     p.add_argument("--synthetic", type=_positive, metavar="N",
                    help="benchmark N generated images instead of FILES")
@@ -149,13 +151,14 @@ def _run_bench(args) -> int:
     import tempfile
 
     import queuekit as qk
+    from queuekit.bench import REFERENCES
     from queuekit.demo import generate_images
 
     compare = [c for c in args.compare.split(",") if c and c != "none"]
-    bad = [c for c in compare if c not in ("tfdata", "seed")]
+    bad = [c for c in compare if c not in REFERENCES]
     if bad or (not args.files and not args.synthetic):
-        print("queuekit bench: error: give FILES or --synthetic N; --compare takes tfdata,seed",
-              file=sys.stderr)
+        print(f"queuekit bench: error: give FILES or --synthetic N; --compare takes "
+              f"{','.join(REFERENCES)} or none", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="queuekit-bench-") as tmp:
         files = args.files

@@ -150,9 +150,21 @@ def _batch(tensors_list, *, batch_size, shuffle, seed, capacity, min_after_deque
 
 def _finish(batch, normalize):
     if normalize:
-        # The seed's image * (1/255) - 0.5, after batching so the queues carry uint8.
-        batch["image"] = tf.cast(batch["image"], tf.float32) * (1.0 / 255) - 0.5
+        batch["image"] = normalized(batch["image"])
     return batch
+
+
+def normalized(image_uint8: tf.Tensor) -> tf.Tensor:
+    """The seed's ``image * (1 / 255) - 0.5`` as float32, in one pass over the batch.
+
+    ``Dequantize`` of the same bytes seen as quint8 computes ``min + x * (max
+    - min) / 255``, which for min=-0.5, max=0.5 is the seed's formula bit for
+    bit. Cast, multiply and subtract are three passes over a 25 MB float
+    batch (32 x 256x256x3) on the step's critical path; this is one, and it
+    made the fastest configurations 1.3-1.5x faster (see benchmarks/).
+    """
+    as_quint8 = tf.bitcast(image_uint8, tf.quint8)  # a view: same bytes, no copy
+    return tf.quantization.dequantize(as_quint8, -0.5, 0.5, mode="MIN_COMBINED")
 
 
 def _shuffle_sizes(capacity, min_after_dequeue, batch_size):

@@ -82,6 +82,17 @@ def test_formats_decode_to_uint8_and_normalise(tmp_path, fmt):
         assert (a["image"][:, 0, 0, 0] == np.arange(10)).all()
 
 
+def test_normalisation_is_the_seeds_formula_bit_for_bit():
+    """The one-pass normalisation equals the seed's cast * (1/255) - 0.5 for every uint8 value."""
+    pixels = np.arange(256, dtype=np.uint8).reshape(1, 16, 16, 1).repeat(3, axis=3)
+    with tf.Graph().as_default(), v1.Session() as sess:
+        x = tf.constant(pixels)
+        ours, seed = sess.run([qk.pipeline.normalized(x),
+                               tf.cast(x, tf.float32) * (1. / 255) - 0.5])
+    assert ours.dtype == np.float32 and ours.shape == pixels.shape
+    assert np.array_equal(ours, seed)
+
+
 def test_seed_files_use_the_seed_shape(tmp_path):
     """Files from the seed's makeTFRec (label + img_raw) read as 256x256x3."""
     paths = []
