@@ -7,6 +7,7 @@ from queuekit.errors import (
     EndOfData,
     ImageDecodeError,
     InputNotFound,
+    MissingDependencyError,
     OutputExistsError,
     PipelineStalled,
     QueuekitError,
@@ -51,4 +52,5 @@ __all__ = [
     "CorruptRecordError",
     "ImageDecodeError",
     "OutputExistsError",
+    "MissingDependencyError",
 ]

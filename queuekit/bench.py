@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import itertools
 import json
+import logging
 import os
 import platform
 import resource
@@ -21,6 +22,9 @@ import subprocess
 import sys
 import time
 
+from queuekit.errors import MissingDependencyError
+
+log = logging.getLogger(__name__)
 
 
 def _tf():
@@ -62,8 +66,12 @@ class BenchRow:
 
 @dataclasses.dataclass
 class BenchReport:
+    """The rows of one :func:`benchmark` run; ``interrupted`` when Ctrl-C cut it short."""
+
     rows: list[BenchRow]
     machine: dict
+    planned: int = 0  # configurations asked for; more than len(rows) when interrupted
+    interrupted: bool = False
 
     @property
     def best(self) -> BenchRow | None:
@@ -101,11 +109,58 @@ class BenchReport:
         for mark, cells in lines:
             out.append(mark + "  ".join(c.rjust(w) if i else c.ljust(w)
                                         for i, (c, w) in enumerate(zip(cells, widths))))
-        return "\n".join(out + [self.summary()])
+        tail = [self.summary()]
+        if self.interrupted:
+            tail.append(f"interrupted: {len(self.rows)} of {self.planned} configurations ran")
+        return "\n".join(out + tail)
 
     def to_json(self) -> str:
         return json.dumps({"machine": self.machine, "rows": [dataclasses.asdict(r) | {
-            "label": r.label} for r in self.rows], "summary": self.summary()}, indent=2)
+            "label": r.label} for r in self.rows], "summary": self.summary(),
+            "interrupted": self.interrupted}, indent=2)
+
+    def plot(self, path) -> None:
+        """A PNG: records/s against readers (one line per threads/read-many), queue fill below.
+
+        Reference rows (tf.data, seed-style, hand-written) are horizontal lines.
+        Needs matplotlib (``pip install 'queuekit[plot]'``).
+        """
+        try:
+            from matplotlib.backends.backend_agg import FigureCanvasAgg
+            from matplotlib.figure import Figure
+        except ImportError as e:
+            raise MissingDependencyError(
+                "plotting needs matplotlib: pip install 'queuekit[plot]'") from e
+        # Figure + Agg canvas, not pyplot: no global backend or figure state is touched.
+        fig = Figure(figsize=(8, 6.5), layout="constrained")
+        FigureCanvasAgg(fig)
+        speed, fill = fig.subplots(2, 1, sharex=True, height_ratios=(3, 1))
+        lines: dict[tuple, list[BenchRow]] = {}
+        for r in self.rows:
+            if r.kind == "queuekit" and r.records_per_s:
+                lines.setdefault((r.threads, r.read_many or 0), []).append(r)
+        for (threads, many), rows in sorted(lines.items()):
+            rows.sort(key=lambda r: r.readers)
+            readers = [r.readers for r in rows]
+            label = f"threads={threads} read-many={many}"
+            drawn = speed.plot(readers, [r.records_per_s for r in rows], "o-", label=label)
+            fill.plot(readers, [r.queue_fill if r.queue_fill is not None else float("nan")
+                                for r in rows], "o-", color=drawn[0].get_color())
+        for kind, style in (("tf.data", "--"), ("seed-style", ":"), ("hand-written", "-.")):
+            ref = self.reference(kind)
+            if ref:
+                speed.axhline(ref.records_per_s, color="gray", linestyle=style,
+                              label=f"{kind} {ref.records_per_s:,.0f}")
+        speed.set_ylabel("records/s")
+        speed.set_ylim(bottom=0)
+        speed.legend(fontsize="small")
+        speed.set_title(f"queuekit bench: {self.machine.get('cores')} cores, "
+                        f"TF {self.machine.get('tensorflow')}")
+        fill.set_ylabel("queue fill")
+        fill.set_ylim(-0.05, 1.05)
+        fill.set_xlabel("readers")
+        fill.set_xticks(sorted({r.readers for rows in lines.values() for r in rows}))
+        fig.savefig(os.fspath(path), dpi=100)
 
 
 def _f(v, digits):
@@ -120,8 +175,24 @@ def machine_info() -> dict:
 
 def benchmark(files, *, readers=(1, 2, 4), threads=(1,), read_many=(None,), batch_size=32,
               shuffle=False, seconds=5.0, warmup_batches=20, repeat=3, step_ms=0.0,
-              compare=("tfdata", "seed"), progress=False) -> BenchReport:
-    """Measure every configuration of the grid, each in its own process."""
+              compare=("tfdata", "seed"), progress=False, on_row=None) -> BenchReport:
+    """Measure every configuration of the grid, each in its own process.
+
+    Args:
+        files: TFRecord files (path, glob, directory or list).
+        readers, threads, read_many: the grid; every combination is one row.
+        batch_size, shuffle: as in :func:`~queuekit.tfrecord_batches`.
+        seconds, repeat: ``repeat`` windows of ``seconds``; rows report medians.
+        warmup_batches: batches discarded before measuring.
+        step_ms: a simulated training step per batch (a sleep on the consumer side).
+        compare: reference rows, keys of :data:`REFERENCES`.
+        progress: a tqdm bar over the configurations on stderr.
+        on_row: called with each :class:`BenchRow` as it finishes.
+
+    A configuration that fails is reported in its row (``error``); the others
+    still run. Ctrl-C stops the run and returns the rows finished so far, with
+    ``interrupted`` set.
+    """
     from tqdm import tqdm
 
     from queuekit.export import expand_files
@@ -131,13 +202,22 @@ def benchmark(files, *, readers=(1, 2, 4), threads=(1,), read_many=(None,), batc
                for r, t, k in itertools.product(readers, threads, read_many)]
     configs += [(REFERENCES[c], 1 if c == "hand" else None, 1 if c == "hand" else None, None)
                 for c in compare]
-    rows = []
-    for kind, r, t, k in tqdm(configs, desc="bench", disable=not progress, file=sys.stderr):
-        spec = dict(kind=kind, readers=r, threads=t, read_many=k, files=files,
-                    batch_size=batch_size, shuffle=shuffle, seconds=seconds,
-                    warmup_batches=warmup_batches, repeat=repeat, step_ms=step_ms)
-        rows.append(_in_child(spec))
-    return BenchReport(rows, machine_info())
+    report = BenchReport([], machine_info(), planned=len(configs))
+    try:
+        for kind, r, t, k in tqdm(configs, desc="bench", disable=not progress, file=sys.stderr):
+            spec = dict(kind=kind, readers=r, threads=t, read_many=k, files=files,
+                        batch_size=batch_size, shuffle=shuffle, seconds=seconds,
+                        warmup_batches=warmup_batches, repeat=repeat, step_ms=step_ms)
+            row = _in_child(spec)
+            report.rows.append(row)
+            log.debug("bench row done: %s: %s", row.label, row.error or
+                      f"{row.records_per_s:,.0f} rec/s")
+            if on_row is not None:
+                on_row(row)
+    except KeyboardInterrupt:
+        # subprocess.run has already killed the configuration's child process.
+        report.interrupted = True
+    return report
 
 
 def _in_child(spec) -> BenchRow:

@@ -7,6 +7,7 @@ corruption was found; 2 usage or input errors; 130 Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import sys
@@ -141,6 +142,9 @@ def add_bench_parser(sub) -> None:
                         "pipeline), seed (the seed's read_and_decode), hand (the 1x1 graph "
                         "run by a hand-written Session/Coordinator loop)")
     p.add_argument("--json", metavar="PATH", help="write machine-readable results")
+    p.add_argument("--plot", metavar="PATH",
+                   help="write a PNG of records/s and queue fill against readers "
+                        "(needs matplotlib: pip install 'queuekit[plot]')")
     p.add_argument("--synthetic", type=_positive, metavar="N",
                    help="benchmark N generated images instead of FILES")
     p.add_argument("--quiet", action="store_true")
@@ -153,6 +157,7 @@ def _run_bench(args) -> int:
     import queuekit as qk
     from queuekit.bench import REFERENCES
     from queuekit.demo import generate_images
+    from queuekit.errors import MissingDependencyError
 
     compare = [c for c in args.compare.split(",") if c and c != "none"]
     bad = [c for c in compare if c not in REFERENCES]
@@ -160,6 +165,9 @@ def _run_bench(args) -> int:
         print(f"queuekit bench: error: give FILES or --synthetic N; --compare takes "
               f"{','.join(REFERENCES)} or none", file=sys.stderr)
         return 2
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        # Before the long run, not after it.
+        raise MissingDependencyError("--plot needs matplotlib: pip install 'queuekit[plot]'")
     with tempfile.TemporaryDirectory(prefix="queuekit-bench-") as tmp:
         files = args.files
         if args.synthetic:
@@ -177,6 +185,11 @@ def _run_bench(args) -> int:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             f.write(report.to_json())
+    if args.plot and report.rows:
+        report.plot(args.plot)
+    if report.interrupted:
+        print("queuekit bench: interrupted", file=sys.stderr)
+        return 130
     return 0
 
 

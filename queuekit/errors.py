@@ -103,3 +103,7 @@ class ImageDecodeError(QueuekitError, ValueError):
 
 class OutputExistsError(QueuekitError, FileExistsError):
     """An output already exists and ``overwrite`` was not given."""
+
+
+class MissingDependencyError(QueuekitError, ImportError):
+    """An optional feature needs a package that is not installed (names the extra to install)."""

@@ -1,10 +1,12 @@
 """The demo end to end, bench output, and every subcommand's --help and bad arguments."""
 
 import json
+import signal
 
 import pytest
 
 from queuekit.cli import main
+from tests.helpers import run_script
 from tests.test_pipeline import _write
 
 SUBCOMMANDS = ["demo", "make", "export", "inspect", "bench"]
@@ -40,10 +42,11 @@ def test_bench_json_has_every_row_and_reports_a_failing_config(tmp_path, capsys)
     """bench --json lists each configuration and the references; a failing row is not fatal."""
     path = _write(tmp_path / "b.tfrecords", range(64), shape=(8, 8, 3))
     out = tmp_path / "r.json"
-    # read-many larger than the queue can ever hold is fine; threads=0 is not a valid config
+    # threads=0 is not a valid config: its rows fail, the others run
     assert main(["bench", path, "--readers", "1,2", "--threads", "0,1", "--read-many", "0",
                  "--seconds", "0.3", "--repeat", "1", "--warmup-batches", "1",
-                 "--batch-size", "8", "--json", str(out), "--quiet"]) == 0
+                 "--batch-size", "8", "--json", str(out), "--plot", str(tmp_path / "p.png"),
+                 "--quiet"]) == 0
     table = capsys.readouterr().out
     report = json.loads(out.read_text())
     labels = [r["label"] for r in report["rows"]]
@@ -53,3 +56,24 @@ def test_bench_json_has_every_row_and_reports_a_failing_config(tmp_path, capsys)
     ok = [r for r in report["rows"] if r["records_per_s"]]
     assert len(ok) >= 4 and report["machine"]["cores"] >= 1
     assert "best:" in table and "x tf.data" in report["summary"]
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_ctrl_c_prints_finished_rows_and_exits_130(tmp_path):
+    """SIGINT while the second configuration runs: the first row is printed, exit code 130."""
+    path = _write(tmp_path / "b.tfrecords", range(64), shape=(8, 8, 3))
+    proc = run_script("import sys; from queuekit.cli import main; sys.exit(main(sys.argv[1:]))",
+                      "-v", "bench", path, "--readers", "1,2", "--threads", "1",
+                      "--read-many", "0", "--compare", "none", "--seconds", "0.3",
+                      "--repeat", "1", "--warmup-batches", "1", "--batch-size", "8", "--quiet")
+    err = []
+    for line in proc.stderr:  # wait for the first row, then press Ctrl-C
+        err.append(line)
+        if "bench row done: readers=1" in line:
+            proc.send_signal(signal.SIGINT)
+            break
+    out, rest = proc.communicate(timeout=60)
+    assert proc.returncode == 130, "".join(err) + rest
+    assert "readers=1 threads=1 read-many=0" in out
+    assert "readers=2" not in out
+    assert "interrupted: 1 of 2 configurations ran" in out

@@ -1,0 +1,51 @@
+"""qk.benchmark on real files: the simulated step, Ctrl-C, and the plot."""
+
+import signal
+
+import pytest
+from PIL import Image
+
+import queuekit as qk
+from tests.test_pipeline import _write
+
+
+@pytest.fixture
+def small_file(tmp_path):
+    return _write(tmp_path / "b.tfrecords", range(64), shape=(8, 8, 3))
+
+
+def test_step_ms_makes_the_consumer_the_slow_side(tmp_path):
+    """A 50 ms simulated step caps batches/s at 20 and leaves the batch queue nearly full."""
+    # 256x256x3 records: the default queue holds about 340 of them, filled in a fraction
+    # of the first second.
+    path = _write(tmp_path / "big.tfrecords", range(64), shape=(256, 256, 3))
+    report = qk.benchmark(path, readers=(1,), compare=(), step_ms=50, seconds=1.0,
+                          repeat=1, warmup_batches=2, batch_size=8)
+    (row,) = report.rows
+    assert row.error is None
+    assert 0 < row.batches_per_s <= 20
+    assert row.queue_fill > 0.8  # near 1: consumer-bound, as the docs say
+
+
+def test_ctrl_c_returns_the_rows_finished_so_far(small_file):
+    """SIGINT after the first configuration stops the run; that row is kept, flagged interrupted."""
+    seen = []
+
+    def interrupt(row):
+        seen.append(row)
+        signal.raise_signal(signal.SIGINT)
+
+    report = qk.benchmark(small_file, readers=(1, 2), compare=("tfdata",), seconds=0.2,
+                          repeat=1, warmup_batches=1, batch_size=8, on_row=interrupt)
+    assert report.interrupted and report.planned == 3
+    assert report.rows == seen and len(seen) == 1 and seen[0].records_per_s
+    assert "interrupted: 1 of 3 configurations ran" in report.table()
+
+
+def test_plot_writes_a_png(small_file, tmp_path):
+    """plot() draws records/s and queue fill per configuration, with reference lines."""
+    report = qk.benchmark(small_file, readers=(1, 2), compare=("seed",), seconds=0.2,
+                          repeat=1, warmup_batches=1, batch_size=8)
+    report.plot(tmp_path / "bench.png")
+    with Image.open(tmp_path / "bench.png") as im:
+        assert im.format == "PNG" and im.size == (800, 650)
