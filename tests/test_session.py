@@ -1,5 +1,6 @@
 """QueueSession on real TF sessions, real files and real threads."""
 
+import os
 import threading
 
 import numpy as np
@@ -330,3 +331,30 @@ def test_early_stop_prints_no_cancellation_noise(capfd):
                     break
     err = capfd.readouterr().err
     assert "cancelled" not in err.lower() and "CancelledError" not in err, err[-2000:]
+
+
+def test_runners_blocked_in_py_funcs_do_not_starve_the_step():
+    """More runner threads waiting in py_funcs than cores: the main step still runs (TF 4917)."""
+    entered = threading.Semaphore(0)
+    release = threading.Event()
+    released = []
+    runners = (os.cpu_count() or 1) + 2
+
+    def wait(x):
+        entered.release()
+        released.append(release.wait(10))  # False if the step below never ran
+        return x
+
+    with qk.QueueSession(stall_timeout_secs=None) as qs:
+        q = tf.queue.FIFOQueue(100, [tf.int64], shapes=[[]])
+        item = tf.numpy_function(wait, [tf.constant(1, tf.int64)], tf.int64)
+        item.set_shape([])
+        v1.train.add_queue_runner(v1.train.QueueRunner(q, [q.enqueue(item)] * runners))
+        step = tf.reduce_sum(tf.range(10))
+        qs.run(tf.no_op())  # starts the runners
+        for _ in range(runners):  # every runner now holds an inter-op thread
+            assert entered.acquire(timeout=10)
+        assert qs.run(step) == 45
+        release.set()
+        assert qs.run(q.dequeue()) == 1
+    assert released and all(released)
