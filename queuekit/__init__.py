@@ -25,7 +25,7 @@ from queuekit.pipeline import image_folder_batches, tfrecord_batches
 from queuekit.runners import QueueStat
 from queuekit.session import QueueSession
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "__version__",

@@ -161,7 +161,8 @@ def normalized(image_uint8: tf.Tensor) -> tf.Tensor:
     - min) / 255``, which for min=-0.5, max=0.5 is the seed's formula bit for
     bit. Cast, multiply and subtract are three passes over a 25 MB float
     batch (32 x 256x256x3) on the step's critical path; this is one, and it
-    made the fastest configurations 1.3-1.5x faster (see benchmarks/).
+    made the fastest configurations about 1.3x faster on 2 cores (README,
+    Benchmarks).
     """
     as_quint8 = tf.bitcast(image_uint8, tf.quint8)  # a view: same bytes, no copy
     return tf.quantization.dequantize(as_quint8, -0.5, 0.5, mode="MIN_COMBINED")

@@ -112,9 +112,9 @@ def encode_example(features: dict[str, int | bytes]) -> bytes:
     """Serialize a ``tf.train.Example`` of single int64 or bytes features, without protobuf.
 
     ``make`` builds one record per image in its worker processes: writing the
-    wire format directly avoids importing TensorFlow's protobuf classes there
-    and the copies they make of every image. Keys are written in sorted order,
-    so the same features always give the same bytes.
+    wire format directly avoids building protobuf objects and the copies they
+    make of every image. Keys are written in sorted order, so the same
+    features always give the same bytes.
     """
     entries = []
     for key in sorted(features):
