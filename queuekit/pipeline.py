@@ -64,6 +64,12 @@ def _record_layout(files, image_shape):
     raise DatasetError(f"no records in {', '.join(files)}")
 
 
+def _check_counts(**counts) -> None:
+    for name, value in counts.items():
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, not {value}")
+
+
 def _capacity(capacity, batch_size, element_bytes, read_many):
     if capacity is not None:
         return int(capacity)
@@ -209,6 +215,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         InputNotFound: a file, glob or directory matches nothing (at build time).
         DatasetError: the files hold no records, or no ``img_raw`` feature.
     """
+    _check_counts(batch_size=batch_size, num_readers=num_readers, num_threads=num_threads)
     files = expand_files(files)
     shape, fmt, extras = _record_layout(files, image_shape)
     if allow_smaller_final_batch is None:
@@ -220,13 +227,13 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         filename_queue = _v1.train.string_input_producer(
             files, num_epochs=num_epochs, shuffle=shuffle, seed=seed)
         readers = [_read(filename_queue, shape, fmt, extras, read_many)
-                   for _ in range(max(1, num_readers))]
+                   for _ in range(num_readers)]
         if len(readers) > 1:
-            readers = readers * max(1, num_threads)  # join: one thread per list entry
+            readers = readers * num_threads  # join: one thread per list entry
         batch = _batch(readers, batch_size=batch_size, shuffle=shuffle, seed=seed,
                        capacity=capacity, min_after_dequeue=min_after_dequeue,
                        allow_smaller=allow_smaller_final_batch, enqueue_many=bool(read_many),
-                       num_threads=max(1, num_threads))
+                       num_threads=num_threads)
         return _finish(batch, normalize)
 
 
@@ -244,6 +251,7 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
     an alpha channel is dropped, not composited (``make`` composites it).
     Returns ``image``, ``label`` and ``filename``.
     """
+    _check_counts(batch_size=batch_size, num_threads=num_threads)
     folder = source if isinstance(source, ImageFolder) else scan_image_folder(
         source, extensions=TF_IMAGE_EXTENSIONS)
     h, w = (image_size, image_size) if isinstance(image_size, int) else image_size
@@ -273,7 +281,7 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
         batch = _batch([tensors], batch_size=batch_size, shuffle=shuffle, seed=seed,
                        capacity=capacity, min_after_dequeue=min_after,
                        allow_smaller=num_epochs is not None, enqueue_many=False,
-                       num_threads=max(1, num_threads))
+                       num_threads=num_threads)
         return _finish(batch, normalize)
 
 

@@ -1,7 +1,9 @@
 """The demo end to end, bench output, and every subcommand's --help and bad arguments."""
 
 import json
+import os
 import signal
+import tempfile
 
 import pytest
 
@@ -38,25 +40,32 @@ def test_demo_runs_end_to_end(tmp_path, capsys):
     assert any((tmp_path / "export").iterdir())
 
 
-def test_bench_json_has_every_row_and_reports_a_failing_config(tmp_path, capsys):
-    """bench --json lists each configuration and the references; a failing row is not fatal."""
-    path = _write(tmp_path / "b.tfrecords", range(64), shape=(8, 8, 3))
+def test_bench_synthetic_json_has_every_row_and_reports_a_failing_config(tmp_path, capsys,
+                                                                        monkeypatch):
+    """bench --synthetic --json lists every configuration and reference; a failing row is kept."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
     out = tmp_path / "r.json"
-    # threads=0 is not a valid config: its rows fail, the others run
-    assert main(["bench", path, "--readers", "1,2", "--threads", "0,1", "--read-many", "0",
-                 "--seconds", "0.3", "--repeat", "1", "--warmup-batches", "1",
-                 "--batch-size", "8", "--json", str(out), "--plot", str(tmp_path / "p.png"),
-                 "--quiet"]) == 0
+    # threads=0 is not a valid configuration: its rows fail, the others still run
+    assert main(["bench", "--synthetic", "24", "--readers", "1,2", "--threads", "0,1",
+                 "--read-many", "0", "--seconds", "0.3", "--repeat", "1",
+                 "--warmup-batches", "1", "--batch-size", "8", "--json", str(out),
+                 "--plot", str(tmp_path / "p.png"), "--quiet"]) == 0
     table = capsys.readouterr().out
     report = json.loads(out.read_text())
-    labels = [r["label"] for r in report["rows"]]
-    assert labels == ["readers=1 threads=0 read-many=0", "readers=1 threads=1 read-many=0",
-                      "readers=2 threads=0 read-many=0", "readers=2 threads=1 read-many=0",
-                      "tf.data", "seed-style"]
-    ok = [r for r in report["rows"] if r["records_per_s"]]
-    assert len(ok) >= 4 and report["machine"]["cores"] >= 1
-    assert "best:" in table and "x tf.data" in report["summary"]
+    rows = {r["label"]: r for r in report["rows"]}
+    assert list(rows) == ["readers=1 threads=0 read-many=0", "readers=1 threads=1 read-many=0",
+                          "readers=2 threads=0 read-many=0", "readers=2 threads=1 read-many=0",
+                          "tf.data", "seed-style"]
+    for label, row in rows.items():
+        if "threads=0" in label:
+            assert row["records_per_s"] is None and "num_threads" in row["error"]
+        else:
+            assert row["error"] is None and row["records_per_s"] > 0 and row["cpu_percent"]
+    assert "failed: " in table and "best:" in table and "x tf.data" in report["summary"]
+    assert report["machine"]["cores"] >= 1 and report["machine"]["tensorflow"]
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert os.listdir(tmp_path / "tmp") == []  # the synthetic data is cleaned up
 
 
 def test_bench_ctrl_c_prints_finished_rows_and_exits_130(tmp_path):

@@ -82,6 +82,14 @@ def test_formats_decode_to_uint8_and_normalise(tmp_path, fmt):
         assert (a["image"][:, 0, 0, 0] == np.arange(10)).all()
 
 
+@pytest.mark.parametrize("bad", [{"num_readers": 0}, {"num_threads": 0}, {"batch_size": 0}])
+def test_counts_below_one_are_errors_at_build_time(id_files, bad):
+    """0 readers, threads or batch size is a ValueError naming the argument, not a silent 1."""
+    name, value = next(iter(bad.items()))
+    with tf.Graph().as_default(), pytest.raises(ValueError, match=f"{name} must be at least 1"):
+        qk.tfrecord_batches(id_files, **bad)
+
+
 def test_normalisation_is_the_seeds_formula_bit_for_bit():
     """The one-pass normalisation equals the seed's cast * (1/255) - 0.5 for every uint8 value."""
     pixels = np.arange(256, dtype=np.uint8).reshape(1, 16, 16, 1).repeat(3, axis=3)
