@@ -225,7 +225,7 @@ def _in_child(spec) -> BenchRow:
     row = BenchRow(spec["kind"], spec["readers"], spec["threads"], spec["read_many"])
     try:
         proc = subprocess.run([sys.executable, "-m", "queuekit.bench", json.dumps(spec)],
-                              capture_output=True, text=True,
+                              capture_output=True, text=True, check=False,
                               timeout=120 + spec["repeat"] * spec["seconds"] * 3)
     except subprocess.TimeoutExpired:
         row.error = "timed out"

@@ -16,7 +16,7 @@ import signal
 import sys
 import tempfile
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 from tqdm import tqdm
 

@@ -84,8 +84,8 @@ def _decode(img_raw, key, shape, fmt):
         expected = h * w * c
         length = tf.strings.length(img_raw)
         check = tf.debugging.Assert(tf.equal(length, expected), [
-            f"img_raw size mismatch: expected {expected} bytes for a {h}x{w}x{c} raw image; "
-            f"record (file:index) and actual size:", key, length])
+            (f"img_raw size mismatch: expected {expected} bytes for a {h}x{w}x{c} raw image; "
+             f"record (file:index) and actual size:"), key, length])
         with tf.control_dependencies([check]):
             return tf.reshape(tf.io.decode_raw(img_raw, tf.uint8), shape)
     image = tf.io.decode_image(img_raw, channels=c, expand_animations=False)
@@ -129,8 +129,8 @@ def _decode_raw_many(img_raw, keys, shape):
     bad = tf.not_equal(lengths, expected)
     check = tf.debugging.Assert(
         tf.logical_not(tf.reduce_any(bad)),
-        [f"img_raw size mismatch: expected {expected} bytes for a {h}x{w}x{c} raw image; "
-         f"records (file:index) and actual sizes:", tf.boolean_mask(keys, bad),
+        [(f"img_raw size mismatch: expected {expected} bytes for a {h}x{w}x{c} raw image; "
+          f"records (file:index) and actual sizes:"), tf.boolean_mask(keys, bad),
          tf.boolean_mask(lengths, bad)], summarize=4)
     with tf.control_dependencies([check]):
         return tf.reshape(tf.io.decode_raw(img_raw, tf.uint8), [-1, h, w, c])

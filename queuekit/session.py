@@ -7,7 +7,8 @@ import os
 import threading
 import time
 import warnings
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import tensorflow as tf
 

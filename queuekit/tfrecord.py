@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import struct
-from typing import Iterator
+from collections.abc import Iterator
 
 import google_crc32c
 import numpy as np
