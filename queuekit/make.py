@@ -283,5 +283,5 @@ def _copy(src: int, dst: int, length: int) -> None:
             while data:
                 data = data[os.write(dst, data):]
         if n == 0:
-            raise OSError(f"chunk file ended {length} bytes early")
+            raise OSError(f"chunk file ended early: {length} bytes missing")
         length -= n

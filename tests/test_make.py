@@ -225,3 +225,31 @@ def test_hand_encoded_example_parses_as_protobufs_own():
     ours = encode_example(feats)
     assert tf.train.Example.FromString(ours) == expected
     assert encode_example(dict(reversed(feats.items()))) == ours  # order-independent bytes
+
+
+@pytest.mark.parametrize("kernel_copy", ["works", "cross-device", "missing"])
+def test_chunk_append_falls_back_to_read_and_write(tmp_path, monkeypatch, kernel_copy):
+    """Records are appended byte for byte with copy_file_range, or without it (other OSes)."""
+    import errno
+
+    data = bytes(range(256)) * 5000  # 1.28 MB: more than one fallback read
+    (tmp_path / "src").write_bytes(b"skip" + data)
+    if kernel_copy == "cross-device":
+        def refuse(*args):
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+        monkeypatch.setattr(os, "copy_file_range", refuse)
+    elif kernel_copy == "missing":
+        monkeypatch.delattr(os, "copy_file_range", raising=False)
+    src = os.open(tmp_path / "src", os.O_RDONLY)
+    dst = os.open(tmp_path / "dst", os.O_WRONLY | os.O_CREAT)
+    try:
+        os.lseek(src, 4, os.SEEK_SET)
+        qk.make._copy(src, dst, len(data) - 10)
+        qk.make._copy(src, dst, 10)
+        with pytest.raises(OSError, match="ended early: 1 bytes missing"):
+            qk.make._copy(src, dst, 1)
+    finally:
+        os.close(src)
+        os.close(dst)
+    assert (tmp_path / "dst").read_bytes() == data
