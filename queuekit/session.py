@@ -308,11 +308,10 @@ class QueueSession:
         # holds an inter-op thread until it returns; with one per runner thread the
         # pool can run dry and deadlock (TF issue 4917). Leave room for every runner
         # plus the main thread's step.
-        n = sum(len(qr.enqueue_ops) for qr in self._collection())
-        cores = os.cpu_count() or 1
-        log.debug("ops that block an inter-op thread (%s): a pool of %d", blocking,
-                  n + cores + 1)
-        config = _v1.ConfigProto(inter_op_parallelism_threads=n + cores + 1)
+        runner_threads = sum(len(qr.enqueue_ops) for qr in self._collection())
+        pool = runner_threads + (os.cpu_count() or 1) + 1
+        log.debug("ops that block an inter-op thread (%s): a pool of %d", blocking, pool)
+        config = _v1.ConfigProto(inter_op_parallelism_threads=pool)
         if not self._target:
             config.use_per_session_threads = True
         return config
