@@ -76,7 +76,8 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str = "r
         output: the output path; with ``shards > 1`` the shard names are derived from it.
         image_size: (height, width) every image is resized to, after becoming RGB.
         encoding: ``raw`` (the seed's format: raw RGB bytes), ``jpeg`` or ``png``.
-        shards: number of output files; record i (in folder order) goes to shard i % shards.
+        shards: number of output files; the i-th record written (in folder order)
+            goes to shard i % shards.
         workers: decode/resize processes; None means one per core. The output bytes do
             not depend on it.
         overwrite: replace existing outputs instead of refusing.
@@ -126,11 +127,10 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str = "r
         bar = tqdm(total=len(tasks), unit="img", desc="make", disable=not progress,
                    file=sys.stderr)
         with bar, _encoded_chunks(tasks, workers, spool) as chunks:
-            for start, chunk_path, results in chunks:
+            for part, chunk_path, results in chunks:
                 src = os.open(chunk_path, os.O_RDONLY)
                 try:
-                    for (path, _, _, _, class_name, _), (length, reason) in zip(
-                            tasks[start:start + len(results)], results):
+                    for (path, _, _, _, class_name, _), (length, reason) in zip(part, results):
                         bar.update()
                         if length is None:
                             if strict:
@@ -227,7 +227,7 @@ def _ignore_sigint():
 
 @contextlib.contextmanager
 def _encoded_chunks(tasks, workers: int, spool: str) -> Iterator[Iterator[tuple]]:
-    """(first task index, chunk file, results of :func:`_encode_chunk`), in task order.
+    """(chunk's tasks, chunk file, results of :func:`_encode_chunk`), in task order.
 
     Each chunk of :data:`_CHUNK` images is encoded by a worker process into
     its own file in ``spool``. Sending 200 KB per image back through a pipe
@@ -240,10 +240,10 @@ def _encoded_chunks(tasks, workers: int, spool: str) -> Iterator[Iterator[tuple]
     cancels what has not started and waits for the chunks that have, at most
     one chunk's time: no worker outlives it.
     """
-    chunks = [(start, os.path.join(spool, f"{start}.chunk"), tasks[start:start + _CHUNK])
+    chunks = [(tasks[start:start + _CHUNK], os.path.join(spool, f"{start}.chunk"))
               for start in range(0, len(tasks), _CHUNK)]
     if workers == 1 or len(chunks) == 1:
-        yield ((start, path, _encode_chunk(part, path)) for start, path, part in chunks)
+        yield ((part, path, _encode_chunk(part, path)) for part, path in chunks)
         return
     # fork: the workers only run Pillow, numpy and our encoder; spawn would import
     # TensorFlow again in each of them.
@@ -253,14 +253,14 @@ def _encoded_chunks(tasks, workers: int, spool: str) -> Iterator[Iterator[tuple]
     window: collections.deque = collections.deque()
 
     def in_order():
-        for start, path, part in chunks:
-            window.append((start, path, pool.submit(_encode_chunk, part, path)))
+        for part, path in chunks:
+            window.append((part, path, pool.submit(_encode_chunk, part, path)))
             if len(window) >= 2 * workers:
-                start, path, future = window.popleft()
-                yield start, path, future.result()
+                part, path, future = window.popleft()
+                yield part, path, future.result()
         while window:
-            start, path, future = window.popleft()
-            yield start, path, future.result()
+            part, path, future = window.popleft()
+            yield part, path, future.result()
 
     try:
         yield in_order()
