@@ -1,5 +1,7 @@
 """queuekit: safe and fast TF1 graph-mode queue input pipelines."""
 
+from queuekit.version import __version__
+
 from queuekit.bench import BenchReport, benchmark
 from queuekit.errors import (
     CorruptRecordError,
@@ -13,19 +15,15 @@ from queuekit.errors import (
     QueuekitError,
     ShutdownTimeout,
 )
-from queuekit.export import (
-    ExportReport,
-    InspectReport,
-    export_images,
-    inspect_tfrecords,
-)
-from queuekit.folder import ImageFolder, scan_image_folder
-from queuekit.make import WriteReport, write_tfrecords
-from queuekit.pipeline import image_folder_batches, tfrecord_batches
-from queuekit.runners import QueueStat
-from queuekit.session import QueueSession
+from queuekit.pipelines.builders import image_folder_batches, tfrecord_batches
+from queuekit.pipelines.layout import RecordLayout, record_layout
+from queuekit.records.export import ExportReport, export_images
+from queuekit.records.folder import ImageFolder, scan_image_folder
+from queuekit.records.inspect import InspectReport, inspect_tfrecords
+from queuekit.records.writer import WriteReport, write_tfrecords
+from queuekit.session.queue_session import QueueSession
+from queuekit.session.runners import QueueStat
 
-__version__ = "0.2.0"
 
 __all__ = [
     "__version__",
@@ -33,6 +31,8 @@ __all__ = [
     "QueueStat",
     "tfrecord_batches",
     "image_folder_batches",
+    "record_layout",
+    "RecordLayout",
     "benchmark",
     "BenchReport",
     "ImageFolder",

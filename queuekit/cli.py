@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 
-from queuekit import __version__
+from queuekit.version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +64,11 @@ def add_make_parser(sub) -> None:
 
 
 def _run_make(args) -> int:
-    import queuekit as qk
+    from queuekit.records.folder import scan_image_folder
+    from queuekit.records.writer import write_tfrecords
 
-    folder = qk.scan_image_folder(args.image_dir, shuffle=args.shuffle, seed=args.seed)
-    report = qk.write_tfrecords(folder, args.output, image_size=args.size,
+    folder = scan_image_folder(args.image_dir, shuffle=args.shuffle, seed=args.seed)
+    report = write_tfrecords(folder, args.output, image_size=args.size,
                                 encoding=args.encoding, shards=args.shards,
                                 workers=args.workers, overwrite=args.overwrite,
                                 strict=args.strict, progress=_progress(args))
@@ -88,9 +89,9 @@ def add_export_parser(sub) -> None:
 
 
 def _run_export(args) -> int:
-    import queuekit as qk
+    from queuekit.records.export import export_images
 
-    report = qk.export_images(args.tfrecords, args.out_dir, format=args.format,
+    report = export_images(args.tfrecords, args.out_dir, format=args.format,
                               progress=_progress(args))
     print(report)
     return 0
@@ -105,9 +106,9 @@ def add_inspect_parser(sub) -> None:
 
 
 def _run_inspect(args) -> int:
-    import queuekit as qk
+    from queuekit.records.inspect import inspect_tfrecords
 
-    report = qk.inspect_tfrecords(args.tfrecords)
+    report = inspect_tfrecords(args.tfrecords)
     print(report.to_json() if args.json else report)
     return 1 if report.corrupt else 0
 
@@ -154,10 +155,10 @@ def add_bench_parser(sub) -> None:
 def _run_bench(args) -> int:
     import tempfile
 
-    import queuekit as qk
-    from queuekit.bench import REFERENCES
+    from queuekit.bench import REFERENCES, benchmark
     from queuekit.demo import generate_images
     from queuekit.errors import MissingDependencyError
+    from queuekit.records.writer import write_tfrecords
 
     compare = [c for c in args.compare.split(",") if c and c != "none"]
     bad = [c for c in compare if c not in REFERENCES]
@@ -172,10 +173,10 @@ def _run_bench(args) -> int:
         files = args.files
         if args.synthetic:
             generate_images(os.path.join(tmp, "images"), args.synthetic)
-            files = qk.write_tfrecords(os.path.join(tmp, "images"),
+            files = write_tfrecords(os.path.join(tmp, "images"),
                                        os.path.join(tmp, "bench.tfrecords"),
                                        progress=_progress(args)).outputs
-        report = qk.benchmark(files, readers=args.readers, threads=args.threads,
+        report = benchmark(files, readers=args.readers, threads=args.threads,
                               read_many=[k or None for k in args.read_many],
                               batch_size=args.batch_size, shuffle=args.shuffle,
                               seconds=args.seconds, warmup_batches=args.warmup_batches,

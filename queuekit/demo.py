@@ -56,7 +56,12 @@ def generate_images(root, n: int, *, seed: int = 0) -> list[str]:
 
 def run_demo(workdir: str = "queuekit-demo", images: int = 600, *, bench: bool = True,
              progress: bool = True, out=None) -> int:
-    import queuekit as qk
+    from queuekit.bench import benchmark
+    from queuekit.pipelines.builders import tfrecord_batches
+    from queuekit.records.export import export_images
+    from queuekit.records.folder import scan_image_folder
+    from queuekit.records.writer import write_tfrecords
+    from queuekit.session.queue_session import QueueSession
 
     def say(text):
         print(text, file=out or sys.stdout, flush=True)
@@ -70,14 +75,14 @@ def run_demo(workdir: str = "queuekit-demo", images: int = 600, *, bench: bool =
     say(f"1. generated {images} images in {len(CLASSES)} classes (RGB JPEG, grayscale, RGBA, "
         f"palette; non-ASCII names): {img_dir}")
 
-    made = qk.write_tfrecords(img_dir, os.path.join(workdir, "data", "demo.tfrecords"),
+    made = write_tfrecords(img_dir, os.path.join(workdir, "data", "demo.tfrecords"),
                               image_size=(96, 96), shards=2, progress=progress)
     say(f"2. make: {made}\n   " + "\n   ".join(made.outputs + [made.labels_path]))
 
-    folder = qk.scan_image_folder(img_dir)
+    folder = scan_image_folder(img_dir)
     expected = sorted(folder.relative(i) for i in range(len(folder)))
-    with qk.QueueSession() as qs:
-        batch = qk.tfrecord_batches(made.outputs, batch_size=32, num_epochs=1, shuffle=True,
+    with QueueSession() as qs:
+        batch = tfrecord_batches(made.outputs, batch_size=32, num_epochs=1, shuffle=True,
                                     seed=0, num_readers=2)
         seen, batches = [], 0
         for b in qs.iterate(batch):
@@ -89,13 +94,13 @@ def run_demo(workdir: str = "queuekit-demo", images: int = 600, *, bench: bool =
     if not once:
         return 1
 
-    exported = qk.export_images(made.outputs[0], os.path.join(workdir, "export"),
+    exported = export_images(made.outputs[0], os.path.join(workdir, "export"),
                                 progress=progress)
     say(f"4. export: {exported}")
 
     if bench:
         say("5. bench (a short run; `queuekit bench` for a full one):")
-        report = qk.benchmark(made.outputs, readers=(1, 2), threads=(1,), read_many=(None, 64),
+        report = benchmark(made.outputs, readers=(1, 2), threads=(1,), read_many=(None, 64),
                               seconds=1.5, repeat=1, warmup_batches=5, progress=progress)
         say("   " + report.table().replace("\n", "\n   "))
     say(f"done in {time.monotonic() - started:.0f} s; files are under {workdir}")

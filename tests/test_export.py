@@ -5,10 +5,13 @@ import os
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from PIL import Image
 
 import queuekit as qk
 from queuekit.cli import main
+from queuekit.records.example import make_example
+from queuekit.records.tfrecord import scan_records
 from tests.imagefactory import make_mixed_folder, rgb
 from tests.seed import makeTFRec, seed_read_all
 
@@ -81,7 +84,7 @@ def test_inspect_reports_features_shapes_and_labels(made):
 def test_inspect_finds_each_kind_of_corruption(tmp_path, made, where, reason):
     """Bad length CRC, bad data CRC and truncation are reported with index and offset."""
     path = made.outputs[0]
-    offsets = [r.offset for r in qk.tfrecord.scan_records(path)]
+    offsets = [r.offset for r in scan_records(path)]
     if where == "length_crc":
         _bytes_at(path, offsets[3] + 9)
     elif where == "data":
@@ -100,7 +103,7 @@ def test_inspect_finds_each_kind_of_corruption(tmp_path, made, where, reason):
 def test_export_of_corrupt_file_keeps_what_came_before(tmp_path, made):
     """export writes every record before the corruption, then fails naming file, index, offset."""
     path = made.outputs[0]
-    offsets = [r.offset for r in qk.tfrecord.scan_records(path)]
+    offsets = [r.offset for r in scan_records(path)]
     _bytes_at(path, offsets[5] + 200)
     with pytest.raises(qk.CorruptRecordError) as info:
         qk.export_images(path, tmp_path / "out", progress=False)
@@ -114,8 +117,8 @@ def test_export_of_corrupt_file_keeps_what_came_before(tmp_path, made):
 def test_raw_record_of_wrong_size_names_file_and_sizes(tmp_path):
     """A raw record whose bytes do not match its declared shape is a clear error."""
     bad = tmp_path / "bad.tfrecords"
-    with qk.tfrecord.tf.io.TFRecordWriter(str(bad)) as w:
-        w.write(qk.tfrecord.make_example(b"\0" * 10, label=0, height=4, width=4))
+    with tf.io.TFRecordWriter(str(bad)) as w:
+        w.write(make_example(b"\0" * 10, label=0, height=4, width=4))
     with pytest.raises(qk.DatasetError, match=r"bad.tfrecords: record 0.*10 bytes, expected 48"):
         qk.export_images(str(bad), tmp_path / "out", progress=False)
 
@@ -136,7 +139,7 @@ def test_cli_make_export_inspect_in_process(tmp_path, capsys):
     assert "nope" in capsys.readouterr().err
     assert main(["make", str(tmp_path / "src"), out, "--size", "0"]) == 2
     assert main(["inspect", str(tmp_path / "missing.tfrecords")]) == 2
-    offsets = [r.offset for r in qk.tfrecord.scan_records(out)]
+    offsets = [r.offset for r in scan_records(out)]
     _bytes_at(out, offsets[1] + 60)
     assert main(["inspect", out]) == 1
     assert "CORRUPT" in capsys.readouterr().out

@@ -8,9 +8,12 @@ import pytest
 from PIL import Image
 
 import queuekit as qk
-from queuekit import images
-from queuekit.export import expand_files
-from queuekit.tfrecord import Record, decode_example, scan_records
+from queuekit.records import images
+from queuekit.records.files import expand_files
+from queuekit.records.example import decode_example
+from queuekit.records.tfrecord import Record, scan_records
+from queuekit.records import writer
+from queuekit.records.workers import copy_bytes
 from tests.imagefactory import bad_files, exif_rotated_jpeg, make_mixed_folder, rgb
 
 
@@ -124,7 +127,7 @@ def test_interrupted_write_leaves_no_output_no_temp_no_worker(tmp_path, monkeypa
     """Disk full or Ctrl-C in the middle of writing removes every partial file and worker."""
     make_mixed_folder(tmp_path / "src")
     writes = {"n": 0}
-    real_copy = qk.make._copy
+    real_copy = copy_bytes
 
     def disk_fills_up(src, dst, length):  # the parent's append of one record to a shard
         writes["n"] += 1
@@ -132,7 +135,7 @@ def test_interrupted_write_leaves_no_output_no_temp_no_worker(tmp_path, monkeypa
             raise error
         real_copy(src, dst, length)
 
-    monkeypatch.setattr(qk.make, "_copy", disk_fills_up)
+    monkeypatch.setattr(writer, "copy_bytes", disk_fills_up)
     with pytest.raises(type(error)):
         qk.write_tfrecords(tmp_path / "src", tmp_path / "out" / "o.tfrecords", shards=2,
                            workers=workers, progress=False)
@@ -210,7 +213,7 @@ def test_hand_encoded_example_parses_as_protobufs_own():
     """The wire-format encoder gives the Example protobuf builds: ints (negative, large) and bytes."""
     import tensorflow as tf
 
-    from queuekit.tfrecord import encode_example
+    from queuekit.records.example import encode_example
 
     feats = {"label": 3, "neg": -5, "big": 2**62, "zero": 0, "img_raw": bytes(range(256)) * 300,
              "label_text": "猫".encode(), "empty": b""}
@@ -245,10 +248,10 @@ def test_chunk_append_falls_back_to_read_and_write(tmp_path, monkeypatch, kernel
     dst = os.open(tmp_path / "dst", os.O_WRONLY | os.O_CREAT)
     try:
         os.lseek(src, 4, os.SEEK_SET)
-        qk.make._copy(src, dst, len(data) - 10)
-        qk.make._copy(src, dst, 10)
+        copy_bytes(src, dst, len(data) - 10)
+        copy_bytes(src, dst, 10)
         with pytest.raises(OSError, match="ended early: 1 bytes missing"):
-            qk.make._copy(src, dst, 1)
+            copy_bytes(src, dst, 1)
     finally:
         os.close(src)
         os.close(dst)

@@ -8,7 +8,9 @@ import tensorflow as tf
 from PIL import Image
 
 import queuekit as qk
-from queuekit.tfrecord import make_example
+from queuekit.pipelines import builders
+from queuekit.records import images
+from queuekit.records.example import make_example
 from tests.helpers import v1
 from tests.imagefactory import make_mixed_folder, rgb
 from tests.seed import makeTFRec
@@ -22,7 +24,7 @@ def _write(path, ids, *, shape=(4, 6, 3), fmt="raw", raw_len=None):
             if fmt == "raw":
                 data = pixels.tobytes()[:raw_len]
             else:
-                data = qk.images.encode(pixels, fmt)
+                data = images.encode(pixels, fmt)
             w.write(make_example(data, label=i % 3, height=shape[0], width=shape[1],
                                  fmt=fmt, label_text=f"c{i % 3}", filename=f"id{i}"))
     return str(path)
@@ -95,7 +97,7 @@ def test_normalisation_is_the_seeds_formula_bit_for_bit():
     pixels = np.arange(256, dtype=np.uint8).reshape(1, 16, 16, 1).repeat(3, axis=3)
     with tf.Graph().as_default(), v1.Session() as sess:
         x = tf.constant(pixels)
-        ours, seed = sess.run([qk.pipeline.normalized(x),
+        ours, seed = sess.run([builders.normalized(x),
                                tf.cast(x, tf.float32) * (1. / 255) - 0.5])
     assert ours.dtype == np.float32 and ours.shape == pixels.shape
     assert np.array_equal(ours, seed)
@@ -156,7 +158,7 @@ def test_image_folder_batches_reads_mixed_modes(tmp_path):
     """Gray, alpha, palette, animated and 16-bit images come out as HxWx3 batches, once each."""
     make_mixed_folder(tmp_path / "src")
     (tmp_path / "src" / "dog" / "cmyk.jpg").unlink()  # a format TensorFlow cannot decode
-    folder = qk.scan_image_folder(tmp_path / "src", extensions=qk.pipeline.TF_IMAGE_EXTENSIONS)
+    folder = qk.scan_image_folder(tmp_path / "src", extensions=builders.TF_IMAGE_EXTENSIONS)
     with qk.QueueSession() as qs:
         b = qk.image_folder_batches(tmp_path / "src", image_size=(20, 24), batch_size=4,
                                     num_epochs=1, num_threads=2)
@@ -216,4 +218,4 @@ def test_capacity_is_bounded_by_bytes(tmp_path):
         qk.tfrecord_batches(path, batch_size=32, num_epochs=1)
         qs.run(tf.constant(0))
         cap = {s.name: s.capacity for s in qs.queue_stats()}["tfrecord_batches/batch/fifo_queue"]
-    assert cap == qk.pipeline.QUEUE_BYTES // (256 * 256 * 3)
+    assert cap == builders.QUEUE_BYTES // (256 * 256 * 3)

@@ -7,7 +7,7 @@ import os
 import random
 
 from queuekit.errors import DatasetError, InputNotFound
-from queuekit.images import IMAGE_EXTENSIONS
+from queuekit.records.images import IMAGE_EXTENSIONS
 
 
 @dataclasses.dataclass

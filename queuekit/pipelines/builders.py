@@ -15,21 +15,19 @@ import os
 
 import tensorflow as tf
 
-from queuekit.errors import DatasetError
-from queuekit.export import expand_files
-from queuekit.folder import ImageFolder, scan_image_folder
-from queuekit.tfrecord import SEED_SHAPE, Record, first_value, scan_records
+from queuekit.pipelines.layout import RecordLayout, parse_records, record_layout
+from queuekit.records.files import expand_files
+from queuekit.records.folder import ImageFolder, scan_image_folder
 
 _v1 = tf.compat.v1
 # Default queue memory: elements of the batch queue, in bytes of uint8 images.
 QUEUE_BYTES = 64 * 2**20
-_EXTRA_STRING_FEATURES = ("label_text", "filename")
 # What tf.io.decode_image reads (first frame of animations).
 TF_IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
 
 
 @contextlib.contextmanager
-def _quiet_deprecations():
+def quiet_deprecations():
     """Silence TF's deprecation warnings for the queue API, inside our builders only."""
     try:
         from tensorflow.python.util import deprecation
@@ -38,30 +36,6 @@ def _quiet_deprecations():
         return
     with deprecation.silence():
         yield
-
-
-def _record_layout(files, image_shape):
-    """(shape, format, extra string features) from the first record of the files."""
-    for path in files:
-        for item in scan_records(path):
-            if not isinstance(item, Record):
-                break  # corrupt at the start: the reader thread will report it
-            feats = tf.train.Example.FromString(item.data).features.feature
-
-            def one(name, default):
-                return first_value(feats, name, default)
-
-            if "img_raw" not in feats:
-                raise DatasetError(f"{path}: record 0 has no 'img_raw' feature "
-                                   f"(features: {sorted(feats)})")
-            if "height" in feats:
-                shape = (int(one("height", 0)), int(one("width", 0)), int(one("channels", 3)))
-            else:
-                shape = tuple(image_shape or SEED_SHAPE)  # a seed file: label + img_raw only
-            fmt = one("format", b"raw").decode()
-            extras = tuple(n for n in _EXTRA_STRING_FEATURES if n in feats)
-            return shape, fmt, extras
-    raise DatasetError(f"no records in {', '.join(files)}")
 
 
 def _check_counts(**counts) -> None:
@@ -77,63 +51,14 @@ def _capacity(capacity, batch_size, element_bytes, read_many):
     return int(max(2 * batch_size + (read_many or 0), min(by_bytes, 20_000)))
 
 
-def _decode(img_raw, key, shape, fmt):
-    """uint8 [H, W, C] from one record's bytes, checked against the declared shape."""
-    h, w, c = shape
-    if fmt == "raw":
-        expected = h * w * c
-        length = tf.strings.length(img_raw)
-        check = tf.debugging.Assert(tf.equal(length, expected), [
-            (f"img_raw size mismatch: expected {expected} bytes for a {h}x{w}x{c} raw image; "
-             f"record (file:index) and actual size:"), key, length])
-        with tf.control_dependencies([check]):
-            return tf.reshape(tf.io.decode_raw(img_raw, tf.uint8), shape)
-    image = tf.io.decode_image(img_raw, channels=c, expand_animations=False)
-    got = tf.shape(image)
-    check = tf.debugging.Assert(tf.reduce_all(tf.equal(got, shape)), [
-        f"decoded {fmt} image is not {h}x{w}x{c}; record (file:index) and decoded shape:",
-        key, got])
-    with tf.control_dependencies([check]):
-        return tf.ensure_shape(tf.identity(image), shape)
-
-
-def _read(filename_queue, shape, fmt, extras, read_many):
+def _read(filename_queue, layout: RecordLayout, read_many):
     """One reader: a dict of tensors for one record, or for up to ``read_many`` records."""
-    spec = {"label": tf.io.FixedLenFeature([], tf.int64),
-            "img_raw": tf.io.FixedLenFeature([], tf.string)}
-    for name in extras:
-        spec[name] = tf.io.FixedLenFeature([], tf.string, default_value="")
     reader = _v1.TFRecordReader()
     if not read_many:
         key, serialized = reader.read(filename_queue)
-        feats = tf.io.parse_single_example(serialized, spec)
-        image = _decode(feats["img_raw"], key, shape, fmt)
-    else:
-        keys, serialized = reader.read_up_to(filename_queue, read_many)
-        feats = tf.io.parse_example(serialized, spec)
-        if fmt == "raw":
-            image = _decode_raw_many(feats["img_raw"], keys, shape)
-        else:
-            image = tf.map_fn(lambda kv: _decode(kv[1], kv[0], shape, fmt),
-                              (keys, feats["img_raw"]), fn_output_signature=tf.uint8)
-    out = {"image": image, "label": tf.cast(feats["label"], tf.int32)}
-    for name in extras:
-        out[name] = feats[name]
-    return out
-
-
-def _decode_raw_many(img_raw, keys, shape):
-    h, w, c = shape
-    expected = h * w * c
-    lengths = tf.strings.length(img_raw)
-    bad = tf.not_equal(lengths, expected)
-    check = tf.debugging.Assert(
-        tf.logical_not(tf.reduce_any(bad)),
-        [(f"img_raw size mismatch: expected {expected} bytes for a {h}x{w}x{c} raw image; "
-          f"records (file:index) and actual sizes:"), tf.boolean_mask(keys, bad),
-         tf.boolean_mask(lengths, bad)], summarize=4)
-    with tf.control_dependencies([check]):
-        return tf.reshape(tf.io.decode_raw(img_raw, tf.uint8), [-1, h, w, c])
+        return parse_records(serialized, key, layout)
+    keys, serialized = reader.read_up_to(filename_queue, read_many)
+    return parse_records(serialized, keys, layout, many=True)
 
 
 def _batch(tensors_list, *, batch_size, shuffle, seed, capacity, min_after_dequeue,
@@ -217,16 +142,16 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
     """
     _check_counts(batch_size=batch_size, num_readers=num_readers, num_threads=num_threads)
     files = expand_files(files)
-    shape, fmt, extras = _record_layout(files, image_shape)
+    layout = record_layout(files, image_shape)
     if allow_smaller_final_batch is None:
         allow_smaller_final_batch = num_epochs is not None
-    capacity = _capacity(capacity, batch_size, shape[0] * shape[1] * shape[2], read_many)
+    capacity = _capacity(capacity, batch_size, layout.image_bytes, read_many)
     if shuffle:
         capacity, min_after_dequeue = _shuffle_sizes(capacity, min_after_dequeue, batch_size)
-    with _quiet_deprecations(), tf.name_scope(name or "tfrecord_batches"):
+    with quiet_deprecations(), tf.name_scope(name or "tfrecord_batches"):
         filename_queue = _v1.train.string_input_producer(
             files, num_epochs=num_epochs, shuffle=shuffle, seed=seed)
-        readers = [_read(filename_queue, shape, fmt, extras, read_many)
+        readers = [_read(filename_queue, layout, read_many)
                    for _ in range(num_readers)]
         if len(readers) > 1:
             readers = readers * num_threads  # join: one thread per list entry
@@ -256,7 +181,7 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
         source, extensions=TF_IMAGE_EXTENSIONS)
     h, w = (image_size, image_size) if isinstance(image_size, int) else image_size
     capacity = _capacity(capacity, batch_size, h * w * 3, None)
-    with _quiet_deprecations(), tf.name_scope(name or "image_folder_batches"):
+    with quiet_deprecations(), tf.name_scope(name or "image_folder_batches"):
         path, label = _v1.train.slice_input_producer(
             [tf.constant(folder.paths), tf.constant(folder.labels, tf.int32)],
             num_epochs=num_epochs, shuffle=shuffle, seed=seed)

@@ -17,9 +17,10 @@ import time
 
 import tensorflow as tf
 
+from queuekit.session.queue_ops import GraphQueueOps
+
 log = logging.getLogger(__name__)
 
-_QUEUE_OPS = ("FIFOQueueV2", "RandomShuffleQueueV2", "PaddingFIFOQueueV2", "PriorityQueueV2")
 # Small ops (close, size) get a deadline so a starved inter-op pool cannot block shutdown.
 _SMALL_OP_TIMEOUT_MS = 2000
 
@@ -63,56 +64,33 @@ class RunnerFailure:
 class RunnerSet:
     """Starts, watches, stops and joins the runner threads of one session."""
 
-    def __init__(self, session: tf.compat.v1.Session, coord: tf.compat.v1.train.Coordinator):
+    def __init__(self, session: tf.compat.v1.Session, coord: tf.compat.v1.train.Coordinator,
+                 ops: GraphQueueOps):
         self._sess = session
         self._coord = coord
+        self._ops = ops
         self._lock = threading.Lock()
         self._started: set[int] = set()  # id() of every QueueRunner already started
         self._live: dict[int, int] = {}  # id(QueueRunner) -> its threads still running
-        self._stats_ops: list = []  # (name, capacity, size tensor, closed tensor)
-        self._drains: list = []  # (size tensor, min_after_dequeue, dequeue op, count placeholder)
-        self._cancel_ops: dict[str, tf.Operation] = {}  # queue op name -> close(cancel=True)
-        self._seen_ops = 0
+        self._queue_names: list[str] = []  # the runner queues, in start order
         self.threads: list[threading.Thread] = []
         self.failure: RunnerFailure | None = None
         # monotonic time of the last completed enqueue: "is the input moving?"
         self.last_progress = time.monotonic()
         self._cancelled = False
 
-    # -- building ------------------------------------------------------------
-    def prepare(self, graph: tf.Graph, runners) -> None:
-        """Create the close and size ops for queues not seen yet (main thread, before start)."""
-        ops = graph.get_operations()
-        new_ops = ops[self._seen_ops:]
-        self._seen_ops = len(ops)
-        for qr in runners:
-            if id(qr) in self._started:
-                continue
-            self._cancel_ops[qr.queue.queue_ref.op.name] = qr.cancel_op
-            if not graph.finalized:
-                with graph.as_default(), tf.name_scope("queuekit"):
-                    size = qr.queue.size()
-                    self._stats_ops.append((
-                        _queue_name(qr), _capacity(qr.queue.queue_ref.op),
-                        size, qr.queue.is_closed()))
-                    self._drains.append(_drain_ops(qr.queue, size))
-        if graph.finalized:
-            return
-        # Queues nobody feeds block a run just as well: close them too on stop.
-        for op in new_ops:
-            if op.type in _QUEUE_OPS and op.name not in self._cancel_ops:
-                with graph.as_default(), tf.name_scope("queuekit"):
-                    self._cancel_ops[op.name] = tf.raw_ops.QueueCloseV2(
-                        handle=op.outputs[0], cancel_pending_enqueues=True)
-        self._seen_ops = len(graph.get_operations())
-
     def start(self, runners) -> None:
-        """Start one named daemon thread per enqueue op of each runner not started yet."""
+        """Start one named daemon thread per enqueue op of each runner not started yet.
+
+        The runners' helper ops must exist already (``GraphQueueOps.update``).
+        """
         for qr in runners:
             if id(qr) in self._started:
                 continue
             self._started.add(id(qr))
             self._live[id(qr)] = len(qr.enqueue_ops)
+            if _queue_name(qr) not in self._queue_names:
+                self._queue_names.append(_queue_name(qr))
             for i, op in enumerate(qr.enqueue_ops):
                 name = f"queuekit-runner-{_queue_name(qr)}-{i}"
                 t = threading.Thread(target=self._run, args=(qr, op, name), name=name, daemon=True)
@@ -172,18 +150,19 @@ class RunnerSet:
         """
         deadline = time.monotonic() + seconds
         options = tf.compat.v1.RunOptions(timeout_in_ms=_SMALL_OP_TIMEOUT_MS)
-        while self.live_count() and time.monotonic() < deadline and self._drains:
+        drains = [h for h in self._ops.handles(self._queue_names) if h.drain is not None]
+        while self.live_count() and time.monotonic() < deadline and drains:
             try:
-                sizes = self._sess.run([d[0] for d in self._drains], options=options)
-                for (_, min_after, dequeue, count), size in zip(self._drains, sizes):
-                    n = int(size) - min_after  # a shuffle queue will not go below min_after
+                sizes = self._sess.run([h.size for h in drains], options=options)
+                for h, size in zip(drains, sizes):
+                    n = int(size) - h.min_after_dequeue  # a shuffle queue keeps min_after
                     if n <= 0:
                         continue
-                    if count is None:
+                    if h.drain_count is None:
                         for _ in range(n):
-                            self._sess.run(dequeue, options=options)
+                            self._sess.run(h.drain, options=options)
                     else:
-                        self._sess.run(dequeue, {count: n}, options=options)
+                        self._sess.run(h.drain, {h.drain_count: n}, options=options)
             except tf.errors.OpError as e:
                 log.debug("drain stopped: %r", e)
                 return
@@ -193,10 +172,9 @@ class RunnerSet:
     def cancel(self) -> None:
         """Close every queue with ``cancel_pending_enqueues=True``; idempotent."""
         with self._lock:
-            ops = list(self._cancel_ops.values())
             self._cancelled = True
-        for op in ops:
-            self._run_quietly(op)
+        for h in self._ops.handles():
+            self._run_quietly(h.cancel)
 
     @property
     def cancelled(self) -> bool:
@@ -221,41 +199,19 @@ class RunnerSet:
 
     def stats(self) -> list[QueueStat]:
         """Size and capacity of every runner queue, read with a deadline."""
-        if not self._stats_ops:
+        handles = [h for h in self._ops.handles(self._queue_names) if h.size is not None]
+        if not handles:
             return []
-        fetch = [(s, c) for _, _, s, c in self._stats_ops]
         try:
             values = self._sess.run(
-                fetch, options=tf.compat.v1.RunOptions(timeout_in_ms=_SMALL_OP_TIMEOUT_MS))
+                [(h.size, h.closed) for h in handles],
+                options=tf.compat.v1.RunOptions(timeout_in_ms=_SMALL_OP_TIMEOUT_MS))
         except Exception:  # noqa: BLE001 - a starved or closed session: sizes unknown
-            values = [(None, None)] * len(fetch)
-        return [QueueStat(name, None if size is None else int(size), cap,
+            values = [(None, None)] * len(handles)
+        return [QueueStat(h.name, None if size is None else int(size), h.capacity,
                           None if closed is None else bool(closed))
-                for (name, cap, _, _), (size, closed) in zip(self._stats_ops, values)]
-
-
-def _drain_ops(queue, size):
-    """A dequeue that takes ``count`` elements at once where the queue's shapes allow it."""
-    try:
-        min_after = int(queue.queue_ref.op.get_attr("min_after_dequeue"))
-    except ValueError:
-        min_after = 0
-    shapes = queue.shapes or []
-    if shapes and all(s.is_fully_defined() for s in shapes):
-        count = tf.compat.v1.placeholder(tf.int32, [], name="drain_count")
-        out = queue.dequeue_up_to(count)
-    else:
-        count, out = None, queue.dequeue()
-    return size, min_after, tf.nest.flatten(out)[0].op, count
+                for h, (size, closed) in zip(handles, values)]
 
 
 def _queue_name(qr) -> str:
     return qr.queue.queue_ref.op.name  # with its name scope: "batch/fifo_queue"
-
-
-def _capacity(queue_op: tf.Operation) -> int | None:
-    try:
-        cap = queue_op.get_attr("capacity")
-    except ValueError:
-        return None
-    return None if cap < 0 else int(cap)

@@ -1,25 +1,20 @@
-"""The TFRecord file format and queuekit's record format.
-
-Framing (TensorFlow's ``record_writer.cc``): each record is a little-endian
-uint64 length, the masked CRC32C of those 8 bytes, the data, and the masked
-CRC32C of the data. :func:`scan_records` reads it in Python so that a corrupt
-record can be reported with its file, index and byte offset.
+"""queuekit's record format as ``tf.train.Example`` bytes: encoding and decoding.
 
 Record format: the seed script's ``label`` (int64) and ``img_raw`` (raw RGB
 bytes), plus self-describing features its parser ignores: ``height``,
 ``width``, ``channels``, ``format`` (raw/jpeg/png), ``label_text``,
 ``filename``. Files with only ``label`` and ``img_raw`` are seed files and
 decode as 256x256x3 raw.
+
+The encoder is plain Python (no protobuf, no TensorFlow): ``make``'s worker
+processes use it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import io
-import struct
-from collections.abc import Iterator
 
-import google_crc32c
 import numpy as np
 import tensorflow as tf
 from PIL import Image
@@ -28,69 +23,6 @@ from queuekit.errors import DatasetError
 
 SEED_SHAPE = (256, 256, 3)
 FORMATS = ("raw", "jpeg", "png")
-
-
-def _masked_crc(data: bytes) -> int:
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-@dataclasses.dataclass(frozen=True)
-class Record:
-    index: int
-    offset: int
-    data: bytes
-
-
-@dataclasses.dataclass(frozen=True)
-class Corruption:
-    """What is wrong at one place of a file."""
-
-    index: int
-    offset: int
-    reason: str
-
-
-def scan_records(path: str) -> Iterator[Record | Corruption]:
-    """Yield each record of ``path``, or a :class:`Corruption` where one is bad.
-
-    A record whose data CRC is wrong is reported and skipped (its length is
-    trustworthy); after a bad length CRC or a truncation nothing more can be
-    read, so the scan ends there.
-    """
-    with open(path, "rb") as f:
-        index = 0
-        while True:
-            offset = f.tell()
-            header = f.read(12)
-            if not header:
-                return
-            if len(header) < 12:
-                yield Corruption(index, offset, f"truncated: {len(header)} of 12 header bytes")
-                return
-            length_bytes, length_crc = header[:8], struct.unpack("<I", header[8:])[0]
-            if _masked_crc(length_bytes) != length_crc:
-                yield Corruption(index, offset, "bad length CRC")
-                return
-            (length,) = struct.unpack("<Q", length_bytes)
-            data = f.read(length)
-            footer = f.read(4)
-            if len(data) < length or len(footer) < 4:
-                yield Corruption(index, offset, f"truncated: record of {length} bytes cut at "
-                                                f"{len(data)}")
-                return
-            if _masked_crc(data) != struct.unpack("<I", footer)[0]:
-                yield Corruption(index, offset, "bad data CRC")
-            else:
-                yield Record(index, offset, data)
-            index += 1
-
-
-def frame(data: bytes) -> bytes:
-    """One TFRecord: length, its masked CRC, ``data``, its masked CRC (``record_writer.cc``)."""
-    length = struct.pack("<Q", len(data))
-    return b"".join((length, struct.pack("<I", _masked_crc(length)), data,
-                     struct.pack("<I", _masked_crc(data))))
 
 
 def _varint(value: int) -> bytes:

@@ -1,0 +1,134 @@
+"""The rows of a benchmark run: a table, JSON and a plot."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+from queuekit.errors import MissingDependencyError
+
+
+@dataclasses.dataclass
+class BenchRow:
+    kind: str  # "queuekit" or one of REFERENCES' values
+    readers: int | None
+    threads: int | None
+    read_many: int | None
+    records_per_s: float | None = None
+    mb_per_s: float | None = None
+    batches_per_s: float | None = None
+    queue_fill: float | None = None
+    cpu_percent: float | None = None
+    peak_rss_mb: float | None = None
+    runs: list[float] = dataclasses.field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        if self.kind != "queuekit":
+            return self.kind
+        return f"readers={self.readers} threads={self.threads} read-many={self.read_many or 0}"
+
+
+@dataclasses.dataclass
+class BenchReport:
+    """The rows of one :func:`benchmark` run; ``interrupted`` when Ctrl-C cut it short."""
+
+    rows: list[BenchRow]
+    machine: dict
+    planned: int = 0  # configurations asked for; more than len(rows) when interrupted
+    interrupted: bool = False
+
+    @property
+    def best(self) -> BenchRow | None:
+        ok = [r for r in self.rows if r.kind == "queuekit" and r.records_per_s]
+        return max(ok, key=lambda r: r.records_per_s) if ok else None
+
+    def reference(self, kind: str) -> BenchRow | None:
+        return next((r for r in self.rows if r.kind == kind and r.records_per_s), None)
+
+    def summary(self) -> str:
+        best = self.best
+        if best is None:
+            return "best: no configuration ran"
+        ratios = [f"{best.records_per_s / ref.records_per_s:.2f}x {kind}"
+                  for kind in ("tf.data", "seed-style") if (ref := self.reference(kind))]
+        extra = f"  ({', '.join(ratios)})" if ratios else ""
+        return f"best: {best.label}  {best.records_per_s:,.0f} rec/s{extra}"
+
+    def table(self) -> str:
+        head = ["configuration", "rec/s", "MB/s", "batch/s", "fill", "cpu%", "rss MB"]
+        lines = []
+        best = self.best
+        for r in self.rows:
+            if r.error:
+                cells = [r.label, f"failed: {r.error}"]
+            else:
+                cells = [r.label, _f(r.records_per_s, 0), _f(r.mb_per_s, 1),
+                         _f(r.batches_per_s, 1), _f(r.queue_fill, 2), _f(r.cpu_percent, 0),
+                         _f(r.peak_rss_mb, 0)]
+            lines.append(("* " if r is best else "  ", cells))
+        widths = [max(len(c[i]) if i < len(c) else 0 for _, c in lines + [("", head)])
+                  for i in range(len(head))]
+        out = ["  " + "  ".join(h.rjust(w) if i else h.ljust(w)
+                                for i, (h, w) in enumerate(zip(head, widths)))]
+        for mark, cells in lines:
+            out.append(mark + "  ".join(c.rjust(w) if i else c.ljust(w)
+                                        for i, (c, w) in enumerate(zip(cells, widths))))
+        tail = [self.summary()]
+        if self.interrupted:
+            tail.append(f"interrupted: {len(self.rows)} of {self.planned} configurations ran")
+        return "\n".join(out + tail)
+
+    def to_json(self) -> str:
+        return json.dumps({"machine": self.machine, "rows": [dataclasses.asdict(r) | {
+            "label": r.label} for r in self.rows], "summary": self.summary(),
+            "interrupted": self.interrupted}, indent=2)
+
+    def plot(self, path) -> None:
+        """A PNG: records/s against readers (one line per threads/read-many), queue fill below.
+
+        Reference rows (tf.data, seed-style, hand-written) are horizontal lines.
+        Needs matplotlib (``pip install 'queuekit[plot]'``).
+        """
+        try:
+            from matplotlib.backends.backend_agg import FigureCanvasAgg
+            from matplotlib.figure import Figure
+        except ImportError as e:
+            raise MissingDependencyError(
+                "plotting needs matplotlib: pip install 'queuekit[plot]'") from e
+        # Figure + Agg canvas, not pyplot: no global backend or figure state is touched.
+        fig = Figure(figsize=(8, 6.5), layout="constrained")
+        FigureCanvasAgg(fig)
+        speed, fill = fig.subplots(2, 1, sharex=True, height_ratios=(3, 1))
+        lines: dict[tuple, list[BenchRow]] = {}
+        for r in self.rows:
+            if r.kind == "queuekit" and r.records_per_s:
+                lines.setdefault((r.threads, r.read_many or 0), []).append(r)
+        for (threads, many), rows in sorted(lines.items()):
+            rows.sort(key=lambda r: r.readers)
+            readers = [r.readers for r in rows]
+            label = f"threads={threads} read-many={many}"
+            drawn = speed.plot(readers, [r.records_per_s for r in rows], "o-", label=label)
+            fill.plot(readers, [r.queue_fill if r.queue_fill is not None else float("nan")
+                                for r in rows], "o-", color=drawn[0].get_color())
+        for kind, style in (("tf.data", "--"), ("seed-style", ":"), ("hand-written", "-.")):
+            ref = self.reference(kind)
+            if ref:
+                speed.axhline(ref.records_per_s, color="gray", linestyle=style,
+                              label=f"{kind} {ref.records_per_s:,.0f}")
+        speed.set_ylabel("records/s")
+        speed.set_ylim(bottom=0)
+        speed.legend(fontsize="small")
+        speed.set_title(f"queuekit bench: {self.machine.get('cores')} cores, "
+                        f"TF {self.machine.get('tensorflow')}")
+        fill.set_ylabel("queue fill")
+        fill.set_ylim(-0.05, 1.05)
+        fill.set_xlabel("readers")
+        fill.set_xticks(sorted({r.readers for rows in lines.values() for r in rows}))
+        fig.savefig(os.fspath(path), dpi=100)
+
+
+def _f(v, digits):
+    return "-" if v is None else f"{v:,.{digits}f}"

@@ -1,0 +1,103 @@
+"""``queuekit bench``: records/s of reader/thread configurations, beside tf.data and the seed.
+
+Each configuration runs in a fresh process (fresh TF thread pools, an honest
+peak RSS), builds a fresh graph, discards ``warmup`` batches, then measures
+``repeat`` windows of ``seconds`` each; rows report medians. The batch is
+consumed in the graph (a sum, like a training step would) so that no
+configuration pays for copying images out to numpy.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import platform
+import subprocess
+import sys
+
+from queuekit.bench.report import BenchReport, BenchRow
+
+log = logging.getLogger(__name__)
+
+
+# --compare names -> the reference rows they add.
+REFERENCES = {
+    "tfdata": "tf.data",  # TFRecordDataset -> map(parse) -> batch -> prefetch, all AUTOTUNE
+    "seed": "seed-style",  # the seed's read_and_decode: 1 reader, normalise, batch(capacity=20)
+    "hand": "hand-written",  # queuekit's 1 reader x 1 thread graph, driven by a plain
+                             # Session + Coordinator + start_queue_runners: the wrapper's cost
+}
+
+
+def machine_info() -> dict:
+    import tensorflow as tf
+
+    return {"cores": os.cpu_count(), "tensorflow": tf.__version__,
+            "python": platform.python_version(), "platform": platform.platform()}
+
+
+def benchmark(files, *, readers=(1, 2, 4), threads=(1,), read_many=(None,), batch_size=32,
+              shuffle=False, seconds=5.0, warmup_batches=20, repeat=3, step_ms=0.0,
+              compare=("tfdata", "seed"), progress=False, on_row=None) -> BenchReport:
+    """Measure every configuration of the grid, each in its own process.
+
+    Args:
+        files: TFRecord files (path, glob, directory or list).
+        readers, threads, read_many: the grid; every combination is one row.
+        batch_size, shuffle: as in :func:`~queuekit.tfrecord_batches`.
+        seconds, repeat: ``repeat`` windows of ``seconds``; rows report medians.
+        warmup_batches: batches discarded before measuring.
+        step_ms: a simulated training step per batch (a sleep on the consumer side).
+        compare: reference rows, keys of :data:`REFERENCES`.
+        progress: a tqdm bar over the configurations on stderr.
+        on_row: called with each :class:`BenchRow` as it finishes.
+
+    A configuration that fails is reported in its row (``error``); the others
+    still run. Ctrl-C stops the run and returns the rows finished so far, with
+    ``interrupted`` set.
+    """
+    from tqdm import tqdm
+
+    from queuekit.records.files import expand_files
+
+    files = expand_files(files)
+    configs = [("queuekit", r, t, k or None)
+               for r, t, k in itertools.product(readers, threads, read_many)]
+    for c in compare:
+        one = 1 if c == "hand" else None  # the hand-written row runs queuekit's 1x1 graph
+        configs.append((REFERENCES[c], one, one, None))
+    report = BenchReport([], machine_info(), planned=len(configs))
+    try:
+        for kind, r, t, k in tqdm(configs, desc="bench", disable=not progress, file=sys.stderr):
+            spec = dict(kind=kind, readers=r, threads=t, read_many=k, files=files,
+                        batch_size=batch_size, shuffle=shuffle, seconds=seconds,
+                        warmup_batches=warmup_batches, repeat=repeat, step_ms=step_ms)
+            row = _in_child(spec)
+            report.rows.append(row)
+            log.debug("bench row done: %s: %s", row.label, row.error or
+                      f"{row.records_per_s:,.0f} rec/s")
+            if on_row is not None:
+                on_row(row)
+    except KeyboardInterrupt:
+        # subprocess.run has already killed the configuration's child process.
+        report.interrupted = True
+    return report
+
+
+def _in_child(spec) -> BenchRow:
+    row = BenchRow(spec["kind"], spec["readers"], spec["threads"], spec["read_many"])
+    try:
+        proc = subprocess.run([sys.executable, "-m", "queuekit.bench.child", json.dumps(spec)],
+                              capture_output=True, text=True, check=False,
+                              timeout=120 + spec["repeat"] * spec["seconds"] * 3)
+    except subprocess.TimeoutExpired:
+        row.error = "timed out"
+        return row
+    last = proc.stdout.strip().splitlines()[-1:] if proc.stdout.strip() else []
+    if proc.returncode != 0 or not last:
+        err = [line for line in proc.stderr.splitlines() if line.strip()]
+        row.error = (err[-1] if err else f"exit code {proc.returncode}")[:200]
+        return row
+    return BenchRow(**json.loads(last[0]))

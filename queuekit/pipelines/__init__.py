@@ -1,0 +1,1 @@
+"""Input pipelines: builders of TF1 queue-runner graphs, and the record layouts they parse."""

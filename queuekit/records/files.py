@@ -1,0 +1,54 @@
+"""File helpers shared by the readers and the writers: expanding inputs, atomic temp files."""
+
+from __future__ import annotations
+
+import glob
+import os
+import secrets
+
+from queuekit.errors import InputNotFound
+
+
+def expand_files(files) -> list[str]:
+    """A path, a glob, a directory or a list of those -> the sorted matching files.
+
+    Raises:
+        InputNotFound: naming what matched nothing.
+    """
+    items = [files] if isinstance(files, (str, os.PathLike)) else list(files)
+    if not items:
+        raise InputNotFound("no TFRecord files given")
+    out: list[str] = []
+    for item in items:
+        item = os.fspath(item)
+        if os.path.isdir(item):
+            found = sorted(p for p in glob.glob(os.path.join(glob.escape(item), "*"))
+                           if os.path.isfile(p) and not p.endswith(".labels.txt")
+                           and not os.path.basename(p).startswith("."))
+            if not found:
+                raise InputNotFound(f"no files in directory {item}")
+        elif glob.has_magic(item):
+            found = sorted(glob.glob(item))
+            if not found:
+                raise InputNotFound(f"no files match {item}")
+        elif os.path.isfile(item):
+            found = [item]
+        else:
+            raise InputNotFound(f"TFRecord file not found: {item}")
+        out.extend(found)
+    return out
+
+
+def temp_beside(final: str) -> str:
+    """Create an empty temporary file next to ``final`` (same filesystem, so rename is atomic).
+
+    Unlike ``mkstemp`` it gets the usual permissions (0666 less the umask).
+    """
+    folder, name = os.path.split(os.path.abspath(final))
+    while True:
+        tmp = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
+        try:
+            os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+            return tmp
+        except FileExistsError:
+            continue

@@ -1,0 +1,109 @@
+"""A report on TFRecord files (``queuekit inspect``): records, features, shapes, labels, corruption."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import os
+
+import tensorflow as tf
+
+from queuekit.records.example import feature_value, first_value
+from queuekit.records.files import expand_files
+from queuekit.records.tfrecord import Corruption, scan_records
+
+
+@dataclasses.dataclass
+class FileReport:
+    path: str
+    records: int
+    bytes: int
+    corrupt: list[Corruption]
+
+
+@dataclasses.dataclass
+class InspectReport:
+    """What :func:`inspect_tfrecords` found."""
+
+    files: list[FileReport]
+    features: dict[str, dict]  # name -> {"type": ..., "lengths": [...], "count": n}
+    shapes: dict[str, int]  # "HxWxC format" -> records
+    labels: dict[str, int]  # label (and label_text) -> records
+
+    @property
+    def records(self) -> int:
+        return sum(f.records for f in self.files)
+
+    @property
+    def corrupt(self) -> list[tuple[str, Corruption]]:
+        return [(f.path, c) for f in self.files for c in f.corrupt]
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "records": self.records,
+            "files": [{"path": f.path, "records": f.records, "bytes": f.bytes,
+                       "corrupt": [dataclasses.asdict(c) for c in f.corrupt]}
+                      for f in self.files],
+            "features": self.features, "shapes": self.shapes, "labels": self.labels,
+        }, indent=2, ensure_ascii=False)
+
+    def __str__(self) -> str:
+        lines = [f"{f.path}: {f.records} records, {f.bytes:,} bytes"
+                 + (f", {len(f.corrupt)} corrupt" if f.corrupt else "") for f in self.files]
+        lines.append("features: " + ", ".join(
+            f"{n} ({d['type']}{'' if d['lengths'] == [1] else ' x' + str(d['lengths'])})"
+            for n, d in sorted(self.features.items())))
+        lines.append("images: " + ", ".join(f"{k}: {v}" for k, v in sorted(self.shapes.items())))
+        lines.append("labels: " + ", ".join(f"{k}: {v}" for k, v in sorted(self.labels.items())))
+        for path, c in self.corrupt:
+            lines.append(f"CORRUPT {path}: record {c.index} at byte offset {c.offset}: {c.reason}")
+        lines.append(f"{self.records} records in {len(self.files)} file(s), "
+                     f"{len(self.corrupt)} corrupt")
+        return "\n".join(lines)
+
+
+def inspect_tfrecords(paths) -> InspectReport:
+    """Count records, list features, shapes and labels, and find every corrupt record."""
+    files = expand_files(paths)
+    features: dict[str, dict] = {}
+    shapes: collections.Counter = collections.Counter()
+    labels: collections.Counter = collections.Counter()
+    reports = []
+    for path in files:
+        n, bad = 0, []
+        for item in scan_records(path):
+            if isinstance(item, Corruption):
+                bad.append(item)
+                continue
+            n += 1
+            _tally(item.data, features, shapes, labels)
+        reports.append(FileReport(path, n, os.path.getsize(path), bad))
+    for d in features.values():
+        d["lengths"] = sorted(d["lengths"])
+    return InspectReport(reports, features, dict(shapes), dict(labels))
+
+
+def _tally(data, features, shapes, labels) -> None:
+    try:
+        example = tf.train.Example.FromString(data)
+    except Exception:  # noqa: BLE001 - not an Example: count it as such
+        shapes["not a tf.train.Example"] += 1
+        return
+    feats = example.features.feature
+    for name, feature in feats.items():
+        kind, values = feature_value(feature)
+        d = features.setdefault(name, {"type": kind, "lengths": set(), "count": 0})
+        d["lengths"].add(len(values))
+        d["count"] += 1
+
+    def one(name):
+        return first_value(feats, name)
+
+    if "img_raw" in feats:
+        fmt = (one("format") or b"raw").decode()
+        h, w, c = one("height"), one("width"), one("channels")
+        shapes[f"{h}x{w}x{c} {fmt}" if h else "256x256x3 raw (seed default)"] += 1
+    label, text = one("label"), one("label_text")
+    if label is not None:
+        labels[f"{label} {text.decode('utf-8', 'replace')}" if text else str(label)] += 1

@@ -1,0 +1,117 @@
+"""``make``'s worker processes: each turns a chunk of images into framed records in a spool file.
+
+This module runs in the workers: it imports Pillow, numpy and queuekit's record
+encoder, and no TensorFlow of its own.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import contextlib
+import errno
+import multiprocessing
+import os
+import signal
+from collections.abc import Iterator
+
+from queuekit.records.example import make_example
+from queuekit.records.images import encode, load_rgb_image
+from queuekit.records.tfrecord import frame
+
+CHUNK = 8  # images per task sent to a worker
+# copy_file_range errors that mean "not here": fall back to read + write.
+_NO_COPY_RANGE = (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP)
+
+
+def encode_record(task) -> tuple[bytes | None, str | None]:
+    """One image -> (the framed TFRecord bytes, None), or (None, why it was skipped)."""
+    path, size, encoding, label, label_text, filename = task
+    try:
+        data = encode(load_rgb_image(path, size), encoding)
+    except ValueError as e:
+        return None, str(e)
+    except MemoryError:
+        return None, "out of memory while decoding"
+    return frame(make_example(data, label=label, height=size[0], width=size[1], fmt=encoding,
+                              label_text=label_text, filename=filename)), None
+
+
+def _encode_chunk(tasks, chunk_path: str) -> list[tuple[int | None, str | None]]:
+    """Write the records of ``tasks`` to ``chunk_path``; (length or None, skip reason) each."""
+    results = []
+    with open(chunk_path, "wb") as f:
+        for task in tasks:
+            record, reason = encode_record(task)
+            if record is not None:
+                f.write(record)
+            results.append((None if record is None else len(record), reason))
+    return results
+
+
+def _ignore_sigint():
+    # Ctrl-C reaches the whole process group: the parent alone handles it and
+    # shuts the pool down, instead of every worker dying with a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def encoded_chunks(tasks, workers: int, spool: str) -> Iterator[Iterator[tuple]]:
+    """(chunk's tasks, chunk file, results of :func:`_encode_chunk`), in task order.
+
+    Each chunk of :data:`CHUNK` images is encoded by a worker process into
+    its own file in ``spool``. Sending 200 KB per image back through a pipe
+    costs four copies (pickle, pipe, read, unpickle) and much of the parent's
+    CPU; a file costs one write in the worker and an in-kernel copy in the
+    parent (measured: 470 -> 580 images/s on 2 cores).
+
+    At most ``2 * workers`` chunks are in flight, so memory and spool size stay
+    bounded. Leaving the ``with`` block (normally, on an error or Ctrl-C)
+    cancels what has not started and waits for the chunks that have, at most
+    one chunk's time: no worker outlives it.
+    """
+    chunks = [(tasks[start:start + CHUNK], os.path.join(spool, f"{start}.chunk"))
+              for start in range(0, len(tasks), CHUNK)]
+    if workers == 1 or len(chunks) == 1:
+        yield ((part, path, _encode_chunk(part, path)) for part, path in chunks)
+        return
+    # fork: the workers only run Pillow, numpy and our encoder; spawn would import
+    # TensorFlow again in each of them.
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    pool = concurrent.futures.ProcessPoolExecutor(
+        workers, mp_context=multiprocessing.get_context(method), initializer=_ignore_sigint)
+    window: collections.deque = collections.deque()
+
+    def in_order():
+        for part, path in chunks:
+            window.append((part, path, pool.submit(_encode_chunk, part, path)))
+            if len(window) >= 2 * workers:
+                part, path, future = window.popleft()
+                yield part, path, future.result()
+        while window:
+            part, path, future = window.popleft()
+            yield part, path, future.result()
+
+    try:
+        yield in_order()
+    finally:
+        for _, _, future in window:
+            future.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def copy_bytes(src: int, dst: int, length: int) -> None:
+    """Append ``length`` bytes from ``src``'s position to ``dst``, in the kernel where it can."""
+    while length:
+        try:
+            n = os.copy_file_range(src, dst, length)
+        except (AttributeError, OSError) as e:  # not Linux, or a filesystem that cannot
+            if isinstance(e, OSError) and e.errno not in _NO_COPY_RANGE:
+                raise
+            data = os.read(src, min(length, 1 << 20))
+            n = len(data)
+            while data:
+                data = data[os.write(dst, data):]
+        if n == 0:
+            raise OSError(f"chunk file ended early: {length} bytes missing")
+        length -= n

@@ -1,0 +1,1 @@
+"""Running a graph: QueueSession, its runner threads, stall watch, signal routing and shutdown."""

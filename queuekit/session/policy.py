@@ -1,0 +1,115 @@
+"""The run policy: what a run raises on end of data, a runner error, a stall or Ctrl-C.
+
+End of input is policy, as ``clean_stop_exception_types=(OutOfRangeError,)``
+is in TensorFlow's Coordinator: it becomes :class:`EndOfData`. Everything the
+other threads found (a runner's exception, a stall, a signal) is raised in the
+main thread, by the next run or when the session closes, and a runner's error
+is never turned into an ordinary end of data.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import tensorflow as tf
+
+from queuekit.errors import EndOfData, ShutdownTimeout
+from queuekit.session.run_state import RunState
+
+log = logging.getLogger(__name__)
+
+
+class RunPolicy:
+    """Runs a session's steps and raises what its threads left behind."""
+
+    def __init__(self, state: RunState):
+        self.state = state
+        self.ended = False  # EndOfData (or Ctrl-C) ended the input
+        self._error_reported = False  # the runner error reached the caller once
+        self._coord = None
+        self._runners = None
+
+    def attach(self, coord, runners) -> None:
+        self._coord = coord
+        self._runners = runners
+
+    def run(self, sess, fetches, feed_dict, options, run_metadata, reads=()):
+        """``sess.run`` in the main thread, with the policy applied to what it raises."""
+        state = self.state
+        state.enter_run(reads)
+        try:
+            result = sess.run(fetches, feed_dict, options, run_metadata)
+        except tf.errors.OpError as e:
+            state.leave_run()
+            self.raise_pending(e)
+            if isinstance(e, tf.errors.OutOfRangeError):
+                self.ended = True
+                first = e.message.splitlines()[0] if e.message else "end of input"
+                raise EndOfData(f"input exhausted: {first}") from e
+            raise
+        except BaseException as e:
+            state.leave_run()
+            # A SIGINT handler that raised while TF's binding was converting an error
+            # comes out as "RuntimeError: ... REPLACED BY KeyboardInterrupt".
+            if state.interrupted or (isinstance(e, RuntimeError)
+                                     and "KeyboardInterrupt" in str(e)):
+                state.interrupted = False
+                self.ended = True
+                raise KeyboardInterrupt from None
+            raise
+        state.leave_run()
+        if state.interrupted:
+            # The run finished as Ctrl-C came. The result is dropped: the caller stops.
+            self.raise_pending(None)
+        return result
+
+    def raise_pending(self, cause: BaseException | None) -> None:
+        """Raise what a thread left for the main thread: Ctrl-C, a runner error, a stall."""
+        if self.state.interrupted:
+            self.state.interrupted = False
+            self.ended = True
+            raise KeyboardInterrupt from None
+        error = self.pending_error()
+        if error is not None:
+            self._error_reported = True
+            raise error from cause
+        if self.state.stall is not None:
+            raise self.state.stall from cause
+
+    def pending_error(self) -> BaseException | None:
+        """The first runner error, else an exception given to ``coordinator.request_stop``."""
+        if self._runners is not None and self._runners.failure is not None:
+            return self._runners.failure.exception
+        if self._coord is not None:
+            try:
+                self._coord.raise_requested_exception()
+            except BaseException as e:  # noqa: BLE001 - returned, raised by the caller
+                return e
+        return None
+
+    def after_close(self, *, body_failed: bool, stuck: list[str], grace: float) -> None:
+        """Raise what closing found, unless the body's own exception is on its way out.
+
+        Threads still alive are a :class:`ShutdownTimeout` (a warning while the
+        body failed); then Ctrl-C during shutdown; then a runner error no run
+        has raised yet.
+        """
+        if stuck:
+            message = (f"runner threads still alive {grace:g} s after stop "
+                       f"(stop_grace_secs): {', '.join(stuck)}")
+            if body_failed:
+                warnings.warn(message, RuntimeWarning, stacklevel=4)
+            else:
+                raise ShutdownTimeout(message, thread_names=stuck)
+        error = None if self._error_reported else self.pending_error()
+        if body_failed:
+            if error is not None:
+                log.warning("while the body failed, the pipeline failed too: %r", error)
+            return
+        if self.state.interrupted:  # Ctrl-C during shutdown
+            self.state.interrupted = False
+            raise KeyboardInterrupt
+        if error is not None:
+            self._error_reported = True
+            raise error

@@ -1,0 +1,79 @@
+"""The package's layout: imports run one way, no circles, no private names across modules."""
+
+import ast
+import pathlib
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "queuekit"
+# Lower layers never import higher ones: tools -> session/pipelines -> records -> errors.
+LAYERS = {"errors": 0, "version": 0, "records": 1, "pipelines": 2, "session": 2,
+          "bench": 3, "demo": 3, "cli": 3, "__init__": 4, "__main__": 4}
+MAX_LINES = 320
+
+
+def _modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        yield ".".join(("queuekit",) + parts).removesuffix(".__init__"), path
+
+
+def _part(module: str) -> str:
+    parts = module.split(".")
+    return "__init__" if len(parts) == 1 else parts[1]
+
+
+def _imports(path):
+    """(imported queuekit module, imported names) for every import, at any depth."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("queuekit"):
+            yield node.module, [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("queuekit"):
+                    yield a.name, []
+
+
+GRAPH = {name: sorted({m for m, _ in _imports(path)}) for name, path in _modules()}
+
+
+@pytest.mark.parametrize("module", sorted(GRAPH))
+def test_imports_point_down(module):
+    """A module imports only lower layers, or its own part; pipelines and session stay apart."""
+    here = _part(module)
+    for target in GRAPH[module]:
+        there = _part(target)
+        assert there in LAYERS, f"{module} imports {target}: not a known part"
+        assert LAYERS[there] < LAYERS[here] or there == here or (
+            LAYERS[here] == 3 and LAYERS[there] == 3), f"{module} imports {target} (upward)"
+        assert target != "queuekit" or module == "queuekit.__main__", (
+            f"{module} imports the package itself; import the module that defines the name")
+
+
+def test_no_import_cycles():
+    """The module import graph has no cycle."""
+    state: dict[str, int] = {}
+
+    def visit(m, stack):
+        state[m] = 1
+        for t in GRAPH.get(m, []):
+            if t not in GRAPH:
+                continue
+            assert state.get(t) != 1, "import cycle: " + " -> ".join(stack + [m, t])
+            if t not in state:
+                visit(t, stack + [m])
+        state[m] = 2
+
+    for m in GRAPH:
+        if m not in state:
+            visit(m, [])
+
+
+@pytest.mark.parametrize("module,path", list(_modules()))
+def test_no_private_names_across_modules_and_small_modules(module, path):
+    """No module imports another's _private names, and none is over about 300 lines."""
+    for target, names in _imports(path):
+        private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+        assert not private, f"{module} imports private {private} from {target}"
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{module} has {lines} lines"
