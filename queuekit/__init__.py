@@ -21,6 +21,7 @@ from queuekit.records.export import ExportReport, export_images
 from queuekit.records.folder import ImageFolder, scan_image_folder
 from queuekit.records.inspect import InspectReport, inspect_tfrecords
 from queuekit.records.writer import WriteReport, write_tfrecords
+from queuekit.session.monitored import monitored_training_session
 from queuekit.session.queue_session import QueueSession
 from queuekit.session.runners import QueueStat
 
@@ -28,6 +29,7 @@ from queuekit.session.runners import QueueStat
 __all__ = [
     "__version__",
     "QueueSession",
+    "monitored_training_session",
     "QueueStat",
     "tfrecord_batches",
     "image_folder_batches",

@@ -358,3 +358,57 @@ def test_runners_blocked_in_py_funcs_do_not_starve_the_step():
         release.set()
         assert qs.run(q.dequeue()) == 1
     assert released and all(released)
+
+
+def test_stall_when_the_filename_queue_cycles_over_empty_files(tmp_path):
+    """A producer cycling over empty files (num_epochs=None) is no progress for the batch queue."""
+    empty = [str(tmp_path / f"empty{k}.tfrecords") for k in range(2)]
+    for path in empty:
+        open(path, "wb").close()
+    with pytest.raises(qk.PipelineStalled) as info:
+        with qk.QueueSession(stall_timeout_secs=1.0) as qs:
+            batch = id_reader_batch(empty, batch_size=4, num_epochs=None)
+            qs.run(batch)
+    message = str(info.value)
+    assert "waiting on 'batch/fifo_queue'" in message
+    assert all(path in message for path in empty), message
+
+
+def test_stall_on_an_unfed_queue_while_the_runner_queue_is_full():
+    """A run waiting on a queue nobody feeds stalls even when the only runner queue is full."""
+    with pytest.raises(qk.PipelineStalled, match="waiting on 'lonely'"):
+        with qk.QueueSession(stall_timeout_secs=0.5) as qs:
+            v1.train.range_input_producer(100, capacity=2, shuffle=False)  # fills up, then waits
+            lonely = tf.queue.FIFOQueue(2, tf.int64, name="lonely")
+            qs.run(lonely.dequeue())
+
+
+def test_corrupt_record_names_its_file_in_a_hand_built_pipeline(tmp_path):
+    """A DataLossError from a hand-built reader pipeline carries the file, record index and offset."""
+    files = [write_id_records(tmp_path / f"{k}.tfrecords", 30, start=30 * k) for k in range(3)]
+    _corrupt(files[1], os.path.getsize(files[1]) // 2)
+    with pytest.raises(tf.errors.DataLossError) as info:
+        with qk.QueueSession() as qs:
+            for _ in qs.iterate(id_reader_batch(files, batch_size=4)):
+                pass
+    notes = " ".join(info.value.__notes__)
+    bad = [r for r in qk_scan(files[1]) if not hasattr(r, "data")][0]
+    assert (f"the corrupt record is in {files[1]}: record {bad.index} at byte offset "
+            f"{bad.offset}: {bad.reason}") in notes, notes
+
+
+def qk_scan(path):
+    from queuekit.records.tfrecord import scan_records
+
+    return list(scan_records(path))
+
+
+def test_nested_with_and_iterate_after_close_are_clear_errors():
+    """Re-entering an entered session, or iterating a closed one, raises instead of misbehaving."""
+    qs = qk.QueueSession()
+    with qs:
+        with pytest.raises(RuntimeError, match="already entered"):
+            with qs:
+                pass
+    with pytest.raises(RuntimeError, match="closed"):
+        next(qs.iterate(tf.constant(1)))

@@ -9,6 +9,7 @@ record can be reported with its file, index and byte offset.
 from __future__ import annotations
 
 import dataclasses
+import os
 import struct
 from collections.abc import Iterator
 
@@ -76,3 +77,45 @@ def frame(data: bytes) -> bytes:
     length = struct.pack("<Q", len(data))
     return b"".join((length, struct.pack("<I", _masked_crc(length)), data,
                      struct.pack("<I", _masked_crc(data))))
+
+
+def record_at(path: str, offset: int) -> tuple[int, Record | Corruption] | None:
+    """(index, what is there) for the record that starts at byte ``offset`` of ``path``.
+
+    Walks the record headers with seeks (12 bytes read per record, no data),
+    so it is cheap on large files. None when no record starts at ``offset``.
+    A header that is corrupt or cut short before ``offset`` is returned as the
+    :class:`Corruption` it is, with its own index and offset.
+    """
+    with open(path, "rb") as f:
+        size = f.seek(0, 2)
+        pos = index = 0
+        while pos <= offset and pos < size:
+            f.seek(pos)
+            header = f.read(12)
+            if len(header) < 12:
+                return index, Corruption(index, pos, f"truncated: {len(header)} of 12 header "
+                                                     f"bytes")
+            if _masked_crc(header[:8]) != struct.unpack("<I", header[8:])[0]:
+                return index, Corruption(index, pos, "bad length CRC")
+            (length,) = struct.unpack("<Q", header[:8])
+            end = pos + 12 + length + 4
+            if pos == offset or end > size:
+                if end > size:
+                    return index, Corruption(index, pos, f"truncated: record of {length} bytes "
+                                                         f"cut at {max(0, size - pos - 12)}")
+                data = f.read(length)
+                footer = f.read(4)
+                if _masked_crc(data) != struct.unpack("<I", footer)[0]:
+                    return index, Corruption(index, pos, "bad data CRC")
+                return index, Record(index, pos, data)
+            pos, index = end, index + 1
+    return None
+
+
+def has_records(path: str) -> bool:
+    """True when ``path`` holds at least one record header (any content past 0 bytes)."""
+    try:
+        return os.path.getsize(path) > 0
+    except OSError:
+        return False

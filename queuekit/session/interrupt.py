@@ -20,6 +20,9 @@ import select
 import signal
 import socket
 import threading
+from collections.abc import Callable
+
+from queuekit.session.run_state import RunState
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +39,7 @@ class _Router:
         self._sockets = None
         self._thread = None
 
-    def register(self, session) -> bool:
+    def register(self, session: SessionSignals) -> bool:
         """Route SIGINT to ``session`` while it is active; False if that cannot be done here."""
         if threading.current_thread() is not threading.main_thread():
             return False
@@ -109,7 +112,7 @@ class _Router:
                     sessions = list(self._sessions)
                 for s in sessions:
                     try:
-                        s._sigint_arrived()
+                        s.arrived()
                     except Exception:  # never let the reader die: Ctrl-C must keep working
                         log.debug("SIGINT routing failed", exc_info=True)
             if not data or _STOP in data:
@@ -122,7 +125,7 @@ class _Router:
         # A session blocked in a run turns the signal into KeyboardInterrupt itself,
         # after the run returns; raising here would surface inside TF's binding as
         # "RuntimeError: ... MISMATCH ... REPLACED BY KeyboardInterrupt".
-        if any(s._absorb_sigint() for s in sessions):
+        if any(s.absorb() for s in sessions):
             return
         if callable(previous):
             previous(signum, frame)
@@ -131,3 +134,31 @@ class _Router:
 
 
 ROUTER = _Router()
+
+
+class SessionSignals:
+    """One session as the router sees it: wake its blocked run when SIGINT comes."""
+
+    def __init__(self, state: RunState, wake: Callable[[], None]):
+        self._state = state
+        self._wake = wake
+
+    def arrived(self) -> None:
+        """SIGINT, told by the router thread while the main thread may be blocked in C++."""
+        with self._state.lock:
+            if not self._state.in_run:
+                return  # the main thread is in Python: the handler raises there
+            self._state.interrupted = True
+        self._wake()
+
+    def absorb(self) -> bool:
+        """Called by the SIGINT handler (main thread): True to swallow the signal."""
+        state = self._state
+        with state.lock:
+            if not (state.in_run or state.interrupted or state.closing):
+                return False
+            state.interrupted = True
+            in_run = state.in_run
+        if in_run:
+            self._wake()
+        return True

@@ -113,3 +113,14 @@ class RunPolicy:
         if error is not None:
             self._error_reported = True
             raise error
+
+
+class PartialRun:
+    """``partial_run`` of one handle, shaped like ``Session.run`` for the run policy."""
+
+    def __init__(self, sess, handle):
+        self._sess = sess
+        self._handle = handle
+
+    def run(self, fetches, feed_dict, options, run_metadata):
+        return self._sess.partial_run(self._handle, fetches, feed_dict)

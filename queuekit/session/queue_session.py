@@ -10,14 +10,18 @@ import tensorflow as tf
 
 from queuekit.errors import EndOfData
 from queuekit.session.hooked_run import run_with_hooks
-from queuekit.session.interrupt import ROUTER
-from queuekit.session.policy import RunPolicy
+from queuekit.session.policy import PartialRun, RunPolicy
 from queuekit.session.queue_ops import queue_ops
+from queuekit.session.reads import ReadsCache
 from queuekit.session.run_state import RunState
-from queuekit.session.runners import QueueStat, RunnerSet
-from queuekit.session.shutdown import stop_threads
-from queuekit.session.stall import StallWatch
-from queuekit.session.start import Initializer, default_config
+from queuekit.session.runners import QueueStat
+from queuekit.session.start import Initializer, default_config, program_graph
+from queuekit.session.threads import SessionThreads
+
+try:  # what Saver.save checks: TF's own base of Session, stable since TF 1.0
+    from tensorflow.python.client.session import SessionInterface
+except ImportError:  # pragma: no cover - a TF without the private module
+    SessionInterface = object  # type: ignore[misc,assignment]
 
 DEFAULT_STOP_GRACE_SECS = 2.0
 DEFAULT_STALL_TIMEOUT_SECS = 60.0
@@ -25,8 +29,8 @@ DEFAULT_STALL_TIMEOUT_SECS = 60.0
 _v1 = tf.compat.v1
 
 
-class QueueSession:
-    """A context manager that runs a TF1 queue pipeline safely.
+class QueueSession(SessionInterface):
+    """A context manager that runs a TF1 queue pipeline safely; a drop-in ``Session``.
 
     Usage::
 
@@ -35,10 +39,20 @@ class QueueSession:
             for img, lab in qs.iterate([image, label]):
                 ...
 
-    On the first :meth:`run` it initialises global and local variables, creates
-    the Coordinator and starts every queue runner of the graph in named daemon
-    threads (``queuekit-runner-<queue>-<i>``). Queue runners added later start
-    on the next run.
+    On the first :meth:`run` (or :meth:`start`) it restores the latest
+    checkpoint of ``checkpoint_dir`` if there is one, initialises every
+    variable that has no value yet (never one a checkpoint restored, also not
+    one restored by hand through :attr:`session`), creates the Coordinator and
+    starts every queue runner of the graph in named daemon threads
+    (``queuekit-runner-<queue>-<i>``). Queue runners added later start on the
+    next run, their new variables initialised if they have no value. It is a
+    ``SessionInterface``: ``saver.save(qs, path)``, ``tensor.eval(session=qs)``
+    and ``op.run(session=qs)`` run through :meth:`run` and its policy.
+
+    The graph:
+        ``graph``, else the default graph when the program built one (it has
+        ops), as ``tf.compat.v1.Session()`` would run, else a fresh
+        ``tf.Graph``. It is the default graph inside the ``with`` block.
 
     End of data:
         When the input is exhausted :meth:`run` raises :class:`EndOfData`, a
@@ -47,17 +61,16 @@ class QueueSession:
     Exception handling:
         If a runner thread fails (a corrupt record, a bad image, an exception in
         a ``py_function``), the next :meth:`run` raises *that* exception, with a
-        note naming the thread and the queue it fed; if no run comes, leaving
-        the ``with`` block raises it. A runner error is never turned into an
-        ordinary end of data.
+        note naming the thread and the queue it fed (and for a corrupt record,
+        the file, record index and byte offset); if no run comes, leaving the
+        ``with`` block raises it. A runner error is never an end of data.
 
     Stalls:
-        A run blocked for more than ``stall_timeout_secs`` while no runner
-        completes an enqueue, and while some runner queue is open and not full
-        (or there are no runner queues at all), raises :class:`PipelineStalled`
-        with the queue stats and the number of live runner threads. A long
-        training step does not count: its input queues fill up. A stall ends the
-        session. ``stall_timeout_secs=None`` turns detection off.
+        A run blocked for more than ``stall_timeout_secs`` while no element
+        entered the queues it dequeues from, one of them open and not full,
+        raises :class:`PipelineStalled` naming the starved queue (and input
+        files that hold no records). A long training step does not count: the
+        queues it reads fill up. A stall ends the session. ``None`` disables.
 
     Grace period:
         On exit (normal, exception, Ctrl-C) it requests stop, closes every queue
@@ -73,50 +86,56 @@ class QueueSession:
         blocked run raises a plain ``KeyboardInterrupt``.
 
     Args:
-        graph: the graph to run; a fresh ``tf.Graph`` when None. It is the
-            default graph inside the ``with`` block.
+        graph: the graph to run (see *The graph*).
         target: the execution engine, e.g. ``"grpc://host:port"``.
         config: a ``ConfigProto``. When None, TensorFlow's defaults, except
             for a graph with ops that block an inter-op thread while they wait
             (``py_func``, staging areas): that session gets its own inter-op
-            pool with a thread per runner thread on top, so the pipeline cannot
-            deadlock (TF issue 4917).
-        initialize: run the global, local and table initialisers on start.
+            pool with a thread per runner thread on top (TF issue 4917).
+        initialize: restore and initialise on start (see above); False leaves
+            every variable to the caller.
+        checkpoint_dir: restore its latest checkpoint on start, if it has one.
+        session_creator: a ``tf.compat.v1.train.SessionCreator``
+            (``ChiefSessionCreator``, ``WorkerSessionCreator``...) that makes,
+            restores and initialises the session instead; see
+            :func:`~queuekit.monitored_training_session`.
         stop_grace_secs: how long shutdown waits for threads.
         stall_timeout_secs: see *Stalls*; None disables.
         hooks: ``tf.compat.v1.train.SessionRunHook`` objects, called as
-            ``MonitoredSession`` calls them.
+            ``MonitoredSession`` calls them (on every :meth:`run`).
     """
 
     def __init__(self, graph: tf.Graph | None = None, *, target: str = "",
                  config: Any = None, initialize: bool = True,
+                 checkpoint_dir: str | None = None, session_creator: Any = None,
                  stop_grace_secs: float = DEFAULT_STOP_GRACE_SECS,
                  stall_timeout_secs: float | None = DEFAULT_STALL_TIMEOUT_SECS,
                  hooks: Sequence[Any] = ()):
-        self._graph = graph if graph is not None else tf.Graph()
+        self._graph = graph if graph is not None else program_graph()
         self._target = target
         self._config = config
         self._initialize = initialize
+        self._creator = session_creator
         self._grace = float(stop_grace_secs)
         self._stall_timeout = None if stall_timeout_secs is None else float(stall_timeout_secs)
         self._hooks = list(hooks)
         self._sess: _v1.Session | None = None
-        self._coord: _v1.train.Coordinator | None = None
-        self._runners: RunnerSet | None = None
-        self._watch: StallWatch | None = None
-        self._init = Initializer(self._graph)
-        self._n_runners_seen = 0
+        self._threads: SessionThreads | None = None
+        self._init = Initializer(self._graph, checkpoint_dir)
+        self._reads = ReadsCache(self._graph)
         self._graph_ctx = None
-        self._started = False
         self._closed = False
         self._hook_stop = False  # a hook's run_context.request_stop()
-        self._routed = False
         # Shared with the watchdog and the SIGINT router, which run in other threads.
         self._state = RunState()
         self._policy = RunPolicy(self._state)
 
     # -- context manager -----------------------------------------------------
     def __enter__(self) -> QueueSession:
+        self._check_open()
+        if self._graph_ctx is not None:
+            raise RuntimeError("this QueueSession is already entered; a nested `with` on it "
+                               "would close it on the inner exit")
         self._graph_ctx = self._graph.as_default()
         self._graph_ctx.__enter__()
         return self
@@ -142,40 +161,61 @@ class QueueSession:
         return self._graph
 
     @property
+    def sess_str(self) -> str:
+        """The target, as ``Session.sess_str``."""
+        return self._target
+
+    @property
     def session(self) -> _v1.Session:
-        """The underlying ``tf.compat.v1.Session``, created on first use."""
+        """The underlying ``tf.compat.v1.Session``, created on first use.
+
+        Runs made on it directly bypass the policy (no end-of-data, error or
+        stall handling, no hooks). With a ``session_creator`` this starts the
+        session, as the creator must run after the hooks' ``begin``.
+        """
         if self._sess is None:
             self._check_open()
-            config = self._config if self._config is not None else default_config(
-                self._graph, self._target)
-            self._sess = _v1.Session(self._target, graph=self._graph, config=config)
+            if self._creator is not None:
+                self.start()
+            else:
+                config = self._config if self._config is not None else default_config(
+                    self._graph, self._target)
+                self._sess = _v1.Session(self._target, graph=self._graph, config=config)
         return self._sess
 
     @property
     def coordinator(self) -> _v1.train.Coordinator | None:
         """The Coordinator of the runner threads (None before the first run)."""
-        return self._coord
+        return self._threads.coord if self._threads else None
 
     @property
     def threads(self) -> list[threading.Thread]:
         """The runner threads started so far."""
-        return list(self._runners.threads) if self._runners else []
+        return list(self._threads.runners.threads) if self._threads else []
 
     def queue_stats(self) -> list[QueueStat]:
         """Name, current size, capacity and closed state of every queue that has a runner."""
-        return self._runners.stats() if self._runners else []
+        return self._threads.runners.stats() if self._threads else []
 
     def should_stop(self) -> bool:
         """True once the input ended, a stop was requested or a thread failed."""
         return (self._policy.ended or self._hook_stop or self._closed
-                or (self._coord is not None and self._coord.should_stop()))
+                or (self._threads is not None and self._threads.coord.should_stop()))
 
     def request_stop(self, exc: BaseException | None = None) -> None:
         """Ask the runner threads to stop; ``exc`` is re-raised by the next run or on exit."""
         self._ensure_started()
         # A tuple, because the Coordinator otherwise reads sys.exc_info(), which is
         # only right inside the except block that caught exc.
-        self._coord.request_stop(None if exc is None else (type(exc), exc, exc.__traceback__))
+        self._threads.coord.request_stop(None if exc is None else (type(exc), exc, exc.__traceback__))
+
+    def start(self) -> QueueSession:
+        """Create (restore, initialise) the session and start the threads now; idempotent.
+
+        The first :meth:`run` does this when it has not been done.
+        """
+        self._ensure_started()
+        return self
 
     # -- running -------------------------------------------------------------
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
@@ -189,7 +229,7 @@ class QueueSession:
         self._ensure_started()
         self._policy.raise_pending(None)
         if not self._hooks:
-            return self._policy.run(self._sess, fetches, feed_dict, options, run_metadata)
+            return self._step(fetches, feed_dict, options, run_metadata)
         result, stop = run_with_hooks(self._hooks, self._sess, self._step, fetches,
                                       feed_dict, options, run_metadata)
         if stop:
@@ -197,10 +237,24 @@ class QueueSession:
         return result
 
     def _step(self, fetches, feed_dict, options, run_metadata):
-        return self._policy.run(self._sess, fetches, feed_dict, options, run_metadata)
+        return self._policy.run(self._sess, fetches, feed_dict, options, run_metadata,
+                                reads=self._reads(fetches))
+
+    def partial_run_setup(self, fetches, feeds=None):
+        """``Session.partial_run_setup`` on the underlying session (no policy)."""
+        self._ensure_started()
+        return self._sess.partial_run_setup(fetches, feeds)
+
+    def partial_run(self, handle, fetches, feed_dict=None):
+        """``Session.partial_run`` with the run policy."""
+        self._ensure_started()
+        self._policy.raise_pending(None)
+        return self._policy.run(PartialRun(self._sess, handle), fetches, feed_dict, None, None,
+                                reads=self._reads(fetches))
 
     def iterate(self, fetches, feed_dict=None) -> Iterator[Any]:
         """Yield ``run(fetches, feed_dict)`` until end of data or a stop request."""
+        self._check_open()
         while not self.should_stop():
             try:
                 value = self.run(fetches, feed_dict)
@@ -218,62 +272,29 @@ class QueueSession:
 
     def _ensure_started(self) -> None:
         self._check_open()
-        if self._started:
-            runners = self._collection()
-            if len(runners) != self._n_runners_seen:  # runners added after the first run
+        if self._threads is not None:
+            if self._threads.has_new_runners():  # runners added after the first run
                 if self._initialize:
-                    self._init.new_variables(self._sess)
-                self._start_runners(runners)
+                    self._init.uninitialized(self._sess)
+                self._threads.start_new_runners()
             return
+        # The order of MonitoredSession: hooks' begin, (the creator finalizes the graph),
+        # the session, runner threads, then after_create_session.
         with self._graph.as_default():
             for hook in self._hooks:
                 hook.begin()
-        sess = self.session
-        if self._initialize:
-            self._init.first(sess)
-        self._coord = _v1.train.Coordinator()
-        self._runners = RunnerSet(sess, self._coord, queue_ops(self._graph))
-        self._policy.attach(self._coord, self._runners)
-        self._started = True
-        self._routed = ROUTER.register(self)
-        if self._stall_timeout is not None:
-            self._watch = StallWatch(self._state, self._runners, self._stall_timeout,
-                                     self._wake)
-            self._watch.start()
-        self._start_runners(self._collection())
+            # queuekit's helper ops must exist before a creator finalizes the graph.
+            queue_ops(self._graph).update(self._collection())
+            if self._creator is not None:
+                self._sess = self._creator.create_session()
+            sess = self.session
+            if self._initialize and self._creator is None:
+                self._init.first(sess)
+        self._threads = SessionThreads(self._graph, sess, self._state, self._stall_timeout)
+        self._policy.attach(self._threads.coord, self._threads.runners)
+        self._threads.start_new_runners()
         for hook in self._hooks:
-            hook.after_create_session(sess, self._coord)
-
-    def _start_runners(self, runners) -> None:
-        queue_ops(self._graph).update(runners)
-        self._runners.start(runners)
-        self._n_runners_seen = len(runners)
-
-    # -- Ctrl-C and stalls (called from other threads) ------------------------
-    def _wake(self) -> None:
-        """Stop the runners and close every queue, so a blocked run returns."""
-        self._coord.request_stop()
-        self._runners.cancel()
-
-    def _sigint_arrived(self) -> None:
-        """SIGINT, told by the router thread while the main thread may be blocked in C++."""
-        with self._state.lock:
-            if not self._state.in_run:
-                return  # the main thread is in Python: the handler raises there
-            self._state.interrupted = True
-        self._wake()
-
-    def _absorb_sigint(self) -> bool:
-        """Called by the SIGINT handler (main thread): True to swallow the signal."""
-        state = self._state
-        with state.lock:
-            if not (state.in_run or state.interrupted or state.closing):
-                return False
-            state.interrupted = True
-            in_run = state.in_run
-        if in_run:
-            self._wake()
-        return True
+            hook.after_create_session(sess, self._threads.coord)
 
     # -- stopping ------------------------------------------------------------
     def _close(self, *, body_failed: bool, clean_end: bool) -> None:
@@ -282,14 +303,12 @@ class QueueSession:
         self._state.closing = True
         stuck: list[str] = []
         try:
-            if self._started and clean_end and self._policy.pending_error() is None:
+            if self._threads and clean_end and self._policy.pending_error() is None:
                 for hook in self._hooks:
                     hook.end(self._sess)
         finally:
-            if self._started:
-                stuck = stop_threads(self._coord, self._runners, self._watch, self._grace)
-                if self._routed:
-                    ROUTER.unregister(self)
+            if self._threads:
+                stuck = self._threads.stop(self._grace)
             self._closed = True
             if self._sess is not None and not stuck:
                 self._sess.close()

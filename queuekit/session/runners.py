@@ -17,6 +17,7 @@ import time
 
 import tensorflow as tf
 
+from queuekit.session.diagnose import corrupt_file_note
 from queuekit.session.queue_ops import GraphQueueOps
 
 log = logging.getLogger(__name__)
@@ -75,8 +76,8 @@ class RunnerSet:
         self._queue_names: list[str] = []  # the runner queues, in start order
         self.threads: list[threading.Thread] = []
         self.failure: RunnerFailure | None = None
-        # monotonic time of the last completed enqueue: "is the input moving?"
-        self.last_progress = time.monotonic()
+        # monotonic time of the last completed enqueue, per queue: "is the input moving?"
+        self.progress: dict[str, float] = {}
         self._cancelled = False
 
     def start(self, runners) -> None:
@@ -102,6 +103,7 @@ class RunnerSet:
         closed_cleanly = False
         try:
             enqueue = self._sess.make_callable(enqueue_op)
+            queue = _queue_name(qr)
             while not self._coord.should_stop():
                 try:
                     enqueue()
@@ -115,23 +117,30 @@ class RunnerSet:
                     if last:
                         self._run_quietly(qr.close_op)
                     return
-                self.last_progress = time.monotonic()
+                self.progress[queue] = time.monotonic()
         except Exception as e:  # noqa: BLE001 - every runner error must reach the caller
             if self._coord.should_stop() and isinstance(
                     e, (tf.errors.CancelledError, tf.errors.OutOfRangeError)):
                 return  # woken by our own shutdown: not an error
-            self._fail(e, name, _queue_name(qr))
+            self._fail(e, name, _queue_name(qr), enqueue_op)
         finally:
             if not closed_cleanly:
                 with self._lock:
                     self._live[id(qr)] -= 1
 
-    def _fail(self, exc: BaseException, thread_name: str, queue_name: str) -> None:
+    def _fail(self, exc: BaseException, thread_name: str, queue_name: str,
+              enqueue_op) -> None:
+        # Named before the error is published: the main thread may raise it at once.
+        note = None
+        if isinstance(exc, tf.errors.DataLossError) and self.failure is None:
+            note = corrupt_file_note(enqueue_op.graph, enqueue_op, exc)
         with self._lock:
             first = self.failure is None
             if first:
                 exc.add_note(f"queuekit: raised in runner thread {thread_name!r} "
                              f"feeding queue {queue_name!r}")
+                if note:
+                    exc.add_note(note)
                 self.failure = RunnerFailure(exc, thread_name, queue_name)
         if first:
             log.debug("runner %s failed: %r", thread_name, exc)
@@ -194,6 +203,11 @@ class RunnerSet:
         return [t.name for t in self.threads if t.is_alive()]
 
     # -- looking -------------------------------------------------------------
+    def last_progress(self, queues) -> float:
+        """When the last enqueue into any of ``queues`` completed (0.0: never)."""
+        progress = self.progress
+        return max((progress.get(q, 0.0) for q in queues), default=0.0)
+
     def live_count(self) -> int:
         return sum(t.is_alive() for t in self.threads)
 

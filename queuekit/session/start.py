@@ -1,9 +1,11 @@
-"""Starting a session: its config, and initialising the variables of its graph."""
+"""Starting a session: its config, restoring a checkpoint, initialising what is left."""
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
+import weakref
 
 import tensorflow as tf
 
@@ -40,28 +42,87 @@ def default_config(graph: tf.Graph, target: str):
     return config
 
 
+def program_graph() -> tf.Graph:
+    """The default graph when the program built ops in it (what ``Session()`` runs), else new."""
+    graph = _v1.get_default_graph()
+    return graph if graph.get_operations() else tf.Graph()
+
+
 def graph_variables(graph: tf.Graph) -> list:
     return (graph.get_collection(_v1.GraphKeys.GLOBAL_VARIABLES)
             + graph.get_collection(_v1.GraphKeys.LOCAL_VARIABLES))
 
 
-class Initializer:
-    """Runs the variable and table initialisers of a graph on one session."""
+# graph -> {variable names: report_uninitialized_variables op}; made once, like queue_ops.
+_REPORTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_REPORTS_LOCK = threading.Lock()
 
-    def __init__(self, graph: tf.Graph):
+
+def _report_op(graph: tf.Graph, variables: list):
+    key = tuple(v.name for v in variables)
+    with _REPORTS_LOCK:
+        ops = _REPORTS.setdefault(graph, {})
+        if key not in ops:
+            if graph.finalized:
+                return None
+            with graph.as_default(), tf.name_scope("queuekit"):
+                ops[key] = _v1.report_uninitialized_variables(variables)
+        return ops[key]
+
+
+def default_saver(graph: tf.Graph):
+    """The graph's saver (the SAVERS collection), else one made and added there, as TF's
+    Scaffold does; None when the graph has no variables or is finalized without one."""
+    savers = graph.get_collection(_v1.GraphKeys.SAVERS)
+    if savers:
+        return savers[0]
+    if graph.finalized or not graph.get_collection(_v1.GraphKeys.GLOBAL_VARIABLES):
+        return None
+    with graph.as_default():
+        saver = _v1.train.Saver(sharded=True, allow_empty=True)
+    graph.add_to_collection(_v1.GraphKeys.SAVERS, saver)
+    return saver
+
+
+class Initializer:
+    """Initialises what is not initialised yet, so restored state is never overwritten.
+
+    ``report_uninitialized_variables`` (what ``SessionManager`` checks readiness
+    with) says which variables have no value; only their own initializers run.
+    Values a checkpoint restored (from ``checkpoint_dir``, or by hand through
+    ``QueueSession.session`` before the first run) are kept, and variables
+    created later are initialised when they first appear.
+    """
+
+    def __init__(self, graph: tf.Graph, checkpoint_dir: str | None = None):
         self._graph = graph
-        self._done: set[str] = set()  # names of the variables we initialised
+        self._checkpoint_dir = checkpoint_dir
+        self.restored_from: str | None = None  # the checkpoint restored on start
 
     def first(self, sess) -> None:
-        with self._graph.as_default():
-            sess.run([_v1.global_variables_initializer(), _v1.local_variables_initializer(),
-                      _v1.tables_initializer()])
-        self._done = {v.name for v in graph_variables(self._graph)}
+        """Restore the latest checkpoint of ``checkpoint_dir`` if any; initialise the rest."""
+        if self._checkpoint_dir:
+            path = tf.train.latest_checkpoint(self._checkpoint_dir)
+            saver = default_saver(self._graph) if path else None
+            if saver is not None:
+                saver.restore(sess, path)
+                self.restored_from = path
+                log.info("restored %s", path)
+        self.uninitialized(sess)
+        tables = self._graph.get_collection(_v1.GraphKeys.TABLE_INITIALIZERS)
+        if tables:
+            sess.run(tables)
 
-    def new_variables(self, sess) -> None:
-        # A producer built after the first run brings its own epoch counter.
-        new = [v for v in graph_variables(self._graph) if v.name not in self._done]
-        if new:
-            with self._graph.as_default():
-                sess.run(_v1.variables_initializer(new))
-            self._done.update(v.name for v in new)
+    def uninitialized(self, sess) -> None:
+        """Run the initializer of every variable that has no value yet."""
+        variables = graph_variables(self._graph)
+        if not variables:
+            return
+        report = _report_op(self._graph, variables)
+        if report is None:
+            log.debug("graph finalized before its variables were checked: not initialised")
+            return
+        names = {n.decode() for n in sess.run(report)}
+        todo = [v.initializer for v in variables if v.op.name in names]
+        if todo:
+            sess.run(todo)

@@ -1,0 +1,100 @@
+"""Naming the input files behind an error, from what the graph says about them.
+
+TensorFlow's readers report ``corrupted record at 213506`` without the file,
+and a filename queue cycling over empty files looks busy while the batch queue
+starves. The graph knows more: each reader op reads a filename queue, and the
+runner feeding that queue enqueues string constants (what
+``string_input_producer`` builds, and what hand-built pipelines do too).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+
+import tensorflow as tf
+
+from queuekit.records.tfrecord import Corruption, has_records, record_at
+from queuekit.session.reads import READER_OPS, ancestors, queue_op
+
+log = logging.getLogger(__name__)
+
+_OFFSET = re.compile(r"(?:corrupted|truncated) record at (\d+)")
+_MAX_FILES = 10_000  # candidate files checked when naming a corrupt one
+
+
+def reader_files(graph: tf.Graph, ops) -> list[str]:
+    """The existing files that the readers upstream of ``ops`` can be given, in graph order.
+
+    The walk goes up through queues to the runners that feed them, so from a
+    batch dequeue it reaches the readers, their filename queues and the
+    string constants their runners enqueue.
+    """
+    feeding: dict[str, list] = {}
+    for qr in graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS):
+        feeding.setdefault(qr.queue.queue_ref.op.name, []).append(qr)
+    filename_queues: list[str] = []
+    seen: set[str] = set()
+    todo = list(ops)
+    while todo:
+        reached = ancestors(todo)
+        todo = []
+        for op in reached:
+            if op.name in seen:
+                continue
+            seen.add(op.name)
+            if op.type in READER_OPS:
+                filename_queues.append(queue_op(op.inputs[1]).name)
+            for qr in feeding.get(op.name, ()):
+                todo.extend(qr.enqueue_ops)
+    files: list[str] = []
+    for name in dict.fromkeys(filename_queues):
+        for qr in feeding.get(name, ()):
+            for const in ancestors(qr.enqueue_ops):
+                if const.type == "Const" and const.get_attr("dtype") == tf.string:
+                    values = tf.make_ndarray(const.get_attr("value")).reshape(-1)
+                    files.extend(os.fsdecode(v) for v in values)
+    # Other string constants (an Assert's message) are not files.
+    return [f for f in dict.fromkeys(files) if os.path.isfile(f)]
+
+
+def corrupt_file_note(graph: tf.Graph, op: tf.Operation, error: tf.errors.OpError) -> str | None:
+    """A note naming the file, record index and byte offset of a ``DataLossError``.
+
+    ``op`` is the enqueue op (or fetch) whose run failed. The candidate files
+    are those its readers read; with the offset from TF's message each is
+    checked by walking its record headers up to that offset.
+    """
+    try:
+        files = reader_files(graph, [op])[:_MAX_FILES]
+    except Exception:  # noqa: BLE001 - a diagnosis must never hide the error itself
+        log.debug("could not list the reader files", exc_info=True)
+        return None
+    if not files:
+        return None
+    match = _OFFSET.search(error.message or "")
+    found = []
+    for path in files:
+        if match is None:
+            break
+        try:
+            hit = record_at(path, int(match.group(1)))
+        except OSError:
+            continue
+        if hit is not None and isinstance(hit[1], Corruption):
+            c = hit[1]
+            found.append(f"{path}: record {c.index} at byte offset {c.offset}: {c.reason}")
+    if found:
+        return "queuekit: the corrupt record is in " + "; or ".join(found)
+    shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
+    return f"queuekit: the reader was reading one of: {shown} (`queuekit inspect` finds which)"
+
+
+def empty_files(graph: tf.Graph, ops) -> list[str]:
+    """The files behind ``ops``' readers that hold no records at all."""
+    try:
+        return [f for f in reader_files(graph, ops) if not has_records(f)]
+    except Exception:  # noqa: BLE001 - a diagnosis must never hide the stall itself
+        log.debug("could not list the reader files", exc_info=True)
+        return []

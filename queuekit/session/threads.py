@@ -1,0 +1,75 @@
+"""The threads of a started session, started and stopped together.
+
+One :class:`SessionThreads` holds the Coordinator, the runner threads, the
+stall watchdog and the session's registration with the SIGINT router. Its
+:meth:`~SessionThreads.stop` follows ``_CoordinatedSession.close``: request
+stop; make room in full queues so blocked runners finish their step (no
+cancellation noise); close every queue with ``cancel_pending_enqueues=True`` so
+nothing stays blocked; join within the grace period. Only then may the session
+be closed, because closing it under a running step would block.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from queuekit.session.diagnose import empty_files
+from queuekit.session.interrupt import ROUTER, SessionSignals
+from queuekit.session.queue_ops import queue_ops
+from queuekit.session.run_state import RunState
+from queuekit.session.runners import RunnerSet
+from queuekit.session.stall import StallWatch
+
+
+class SessionThreads:
+    """Coordinator, runner threads, watchdog and signal routing of one session."""
+
+    def __init__(self, graph: tf.Graph, sess, state: RunState, stall_timeout: float | None):
+        self._graph = graph
+        self.coord = tf.compat.v1.train.Coordinator()
+        self.runners = RunnerSet(sess, self.coord, queue_ops(graph))
+        self._signals = SessionSignals(state, self.wake)
+        self._routed = ROUTER.register(self._signals)
+        self._watch = None
+        if stall_timeout is not None:
+            self._watch = StallWatch(state, self.runners, queue_ops(graph), stall_timeout,
+                                     self.wake, self._describe_stall)
+            self._watch.start()
+        self._n_runners = 0
+
+    def start_new_runners(self) -> bool:
+        """Start the graph's queue runners not started yet; True if there were any."""
+        runners = self._graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
+        if len(runners) == self._n_runners:
+            return False
+        queue_ops(self._graph).update(runners)
+        self.runners.start(runners)
+        self._n_runners = len(runners)
+        return True
+
+    def has_new_runners(self) -> bool:
+        runners = self._graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
+        return len(runners) != self._n_runners
+
+    def wake(self) -> None:
+        """Stop the runners and close every queue, so a blocked run returns (any thread)."""
+        self.coord.request_stop()
+        self.runners.cancel()
+
+    def _describe_stall(self, reads) -> str:
+        ops = [self._graph.get_operation_by_name(name) for name in reads]
+        empty = empty_files(self._graph, ops)
+        return f"; its input files hold no records: {', '.join(empty)}" if empty else ""
+
+    def stop(self, grace: float) -> list[str]:
+        """Stop and join every thread within ``grace`` seconds; names of those still alive."""
+        self.coord.request_stop()
+        if not self.runners.cancelled:
+            self.runners.drain(min(0.5, grace / 2))
+        self.runners.cancel()
+        stuck = self.runners.join(grace)
+        if self._watch is not None:
+            self._watch.stop(grace)
+        if self._routed:
+            ROUTER.unregister(self._signals)
+        return stuck
