@@ -74,3 +74,96 @@ def test_sigint_ends_the_process_with_a_plain_keyboard_interrupt(case):
     assert "MISMATCH" not in err and "RuntimeError" not in err
     assert "CancelledError" not in err
     assert took < 8, f"took {took:.1f} s to exit"
+
+
+_BLOCKED_PIPELINE = """
+nobody = tf.queue.FIFOQueue(4, tf.int64)
+q = tf.queue.FIFOQueue(4, tf.int64)
+v1.train.add_queue_runner(v1.train.QueueRunner(q, [q.enqueue(nobody.dequeue())]))
+d = q.dequeue()
+"""
+
+
+def _finish(child, sig):
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        time.sleep(0.3)  # tiny grace: the main thread is inside the run by then
+        child.send_signal(sig)
+        out, err = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    return out, err
+
+
+def test_sigterm_handler_runs_while_blocked_and_its_exit_code_stands():
+    """A user's SIGTERM handler (save and exit 143) runs though the run was blocked in a dequeue."""
+    child = run_script(_PRELUDE + """
+import signal
+calls = []
+def on_term(signum, frame):
+    calls.append(signum)
+    print("handler ran in", threading.current_thread().name, flush=True)
+    sys.exit(143)
+signal.signal(signal.SIGTERM, on_term)
+with qk.QueueSession(stall_timeout_secs=None, stop_grace_secs=0.5) as qs:
+""" + _BLOCKED_PIPELINE.replace("\n", "\n    ") + """
+    print("ready", flush=True)
+    qs.run(d)
+""")
+    out, err = _finish(child, signal.SIGTERM)
+    assert child.returncode == 143, err[-2000:]
+    assert "handler ran in MainThread" in out
+    assert "MISMATCH" not in err and "RuntimeError" not in err and "Traceback" not in err
+
+
+def test_users_sigint_handler_is_called_and_the_loop_finishes_its_step():
+    """A "finish the step, then stop" SIGINT handler is called once; the loop ends on its own."""
+    child = run_script(_PRELUDE + """
+import signal
+stop = []
+signal.signal(signal.SIGINT, lambda signum, frame: stop.append(signum))
+with qk.QueueSession(stall_timeout_secs=None) as qs:
+    x = v1.train.batch([v1.train.range_input_producer(10).dequeue()], 4, num_threads=2)
+    steps = 0
+    for _ in qs.iterate(x):
+        steps += 1
+        if steps == 2:
+            print("ready", flush=True)
+        if stop:
+            break
+print("stopped after the handler ran", len(stop), "time(s)", flush=True)
+""")
+    out, err = _finish(child, signal.SIGINT)
+    assert child.returncode == 0, err[-2000:]
+    assert "stopped after the handler ran 1 time(s)" in out
+
+
+def test_close_from_another_thread_keeps_ctrl_c_working():
+    """A session closed from another thread closes cleanly; a later session still gets Ctrl-C."""
+    child = run_script(_PRELUDE + """
+first = qk.QueueSession(stall_timeout_secs=None)
+with first.graph.as_default():
+    y = v1.train.range_input_producer(10).dequeue()
+first.run(y)
+errors = []
+def close():
+    try:
+        first.close()
+    except BaseException as e:
+        errors.append(e)
+t = threading.Thread(target=close)
+t.start()
+t.join()
+assert not errors, errors
+assert first.session._closed, "the TF session was not closed"
+with qk.QueueSession(stall_timeout_secs=None) as qs:
+""" + _BLOCKED_PIPELINE.replace("\n", "\n    ") + """
+    print("ready", flush=True)
+    qs.run(d)
+""")
+    _, err = _finish(child, signal.SIGINT)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines[-1] == "KeyboardInterrupt", err[-2000:]
+    assert child.returncode in (-signal.SIGINT, 130), err[-2000:]

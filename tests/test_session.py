@@ -412,3 +412,13 @@ def test_nested_with_and_iterate_after_close_are_clear_errors():
                 pass
     with pytest.raises(RuntimeError, match="closed"):
         next(qs.iterate(tf.constant(1)))
+
+
+def test_end_of_data_message_says_which_queue_is_closed():
+    """EndOfData's message carries TF's reason (the closed queue), not "Graph execution error"."""
+    with qk.QueueSession() as qs:
+        x = v1.train.range_input_producer(1, num_epochs=1, shuffle=False).dequeue()
+        qs.run(x)
+        with pytest.raises(qk.EndOfData) as info:
+            qs.run(x)
+    assert "is closed and has insufficient elements" in str(info.value), str(info.value)

@@ -29,10 +29,12 @@ class RunPolicy:
         self._error_reported = False  # the runner error reached the caller once
         self._coord = None
         self._runners = None
+        self._signals = None
 
-    def attach(self, coord, runners) -> None:
+    def attach(self, coord, runners, signals) -> None:
         self._coord = coord
         self._runners = runners
+        self._signals = signals
 
     def run(self, sess, fetches, feed_dict, options, run_metadata, reads=()):
         """``sess.run`` in the main thread, with the policy applied to what it raises."""
@@ -45,37 +47,38 @@ class RunPolicy:
             self.raise_pending(e)
             if isinstance(e, tf.errors.OutOfRangeError):
                 self.ended = True
-                first = e.message.splitlines()[0] if e.message else "end of input"
-                raise EndOfData(f"input exhausted: {first}") from e
+                raise EndOfData(f"input exhausted: {_reason(e.message)}") from e
             raise
         except BaseException as e:
             state.leave_run()
-            # A SIGINT handler that raised while TF's binding was converting an error
-            # comes out as "RuntimeError: ... REPLACED BY KeyboardInterrupt".
-            if state.interrupted or (isinstance(e, RuntimeError)
-                                     and "KeyboardInterrupt" in str(e)):
-                state.interrupted = False
+            self._dispatch_signals()
+            # A handler that is not queuekit's and raised while TF's binding was
+            # converting an error comes out as "RuntimeError: ... REPLACED BY ...".
+            if isinstance(e, RuntimeError) and "REPLACED BY KeyboardInterrupt" in str(e):
                 self.ended = True
                 raise KeyboardInterrupt from None
             raise
         state.leave_run()
-        if state.interrupted:
-            # The run finished as Ctrl-C came. The result is dropped: the caller stops.
-            self.raise_pending(None)
+        # A signal came during the run: its handler runs now, in Python. If it
+        # returns and the run was not woken for it, the result stands.
+        self._dispatch_signals()
         return result
 
     def raise_pending(self, cause: BaseException | None) -> None:
-        """Raise what a thread left for the main thread: Ctrl-C, a runner error, a stall."""
-        if self.state.interrupted:
-            self.state.interrupted = False
-            self.ended = True
-            raise KeyboardInterrupt from None
+        """Raise what a thread left for the main thread: a signal, a runner error, a stall."""
+        self._dispatch_signals()
         error = self.pending_error()
         if error is not None:
             self._error_reported = True
             raise error from cause
         if self.state.stall is not None:
             raise self.state.stall from cause
+
+    def _dispatch_signals(self) -> None:
+        if self._signals is not None and self._signals.pending:
+            if self.state.woken_by is not None:
+                self.ended = True  # the pipeline was stopped to let the signal through
+            self._signals.dispatch()
 
     def pending_error(self) -> BaseException | None:
         """The first runner error, else an exception given to ``coordinator.request_stop``."""
@@ -92,8 +95,8 @@ class RunPolicy:
         """Raise what closing found, unless the body's own exception is on its way out.
 
         Threads still alive are a :class:`ShutdownTimeout` (a warning while the
-        body failed); then Ctrl-C during shutdown; then a runner error no run
-        has raised yet.
+        body failed); then a signal that came during shutdown; then a runner
+        error no run has raised yet.
         """
         if stuck:
             message = (f"runner threads still alive {grace:g} s after stop "
@@ -107,9 +110,7 @@ class RunPolicy:
             if error is not None:
                 log.warning("while the body failed, the pipeline failed too: %r", error)
             return
-        if self.state.interrupted:  # Ctrl-C during shutdown
-            self.state.interrupted = False
-            raise KeyboardInterrupt
+        self._dispatch_signals()  # a signal during shutdown
         if error is not None:
             self._error_reported = True
             raise error
@@ -124,3 +125,12 @@ class PartialRun:
 
     def run(self, fetches, feed_dict, options, run_metadata):
         return self._sess.partial_run(self._handle, fetches, feed_dict)
+
+
+def _reason(message: str | None) -> str:
+    """The informative line of TF's message ("FIFOQueue '...' is closed and has ...")."""
+    lines = [line.strip() for line in (message or "").splitlines()]
+    useful = [line for line in lines if line and not line.startswith(
+        ("Graph execution error", "Detected at node", "[[", "Original stack trace"))]
+    return next((line for line in useful if "closed" in line), useful[0] if useful
+                else "end of input")

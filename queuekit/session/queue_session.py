@@ -290,8 +290,9 @@ class QueueSession(SessionInterface):
             sess = self.session
             if self._initialize and self._creator is None:
                 self._init.first(sess)
-        self._threads = SessionThreads(self._graph, sess, self._state, self._stall_timeout)
-        self._policy.attach(self._threads.coord, self._threads.runners)
+        self._threads = SessionThreads(self._graph, sess, self._state, self._stall_timeout,
+                                       self._grace)
+        self._policy.attach(self._threads.coord, self._threads.runners, self._threads.signals)
         self._threads.start_new_runners()
         for hook in self._hooks:
             hook.after_create_session(sess, self._threads.coord)

@@ -20,7 +20,8 @@ class RunState:
         self.in_run = False
         self.run_started = 0.0
         self.reads: tuple[str, ...] = ()  # the queues the current run dequeues from
-        self.interrupted = False  # a signal came: the main thread raises it
+        self.deferred: list = []  # (signum, frame) for the main thread to dispatch
+        self.woken_by: int | None = None  # the signal that made us wake the run
         self.stall = None  # a PipelineStalled left by the watchdog
         self.closing = False  # shutdown is under way
 

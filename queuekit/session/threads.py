@@ -24,12 +24,13 @@ from queuekit.session.stall import StallWatch
 class SessionThreads:
     """Coordinator, runner threads, watchdog and signal routing of one session."""
 
-    def __init__(self, graph: tf.Graph, sess, state: RunState, stall_timeout: float | None):
+    def __init__(self, graph: tf.Graph, sess, state: RunState, stall_timeout: float | None,
+                 grace: float):
         self._graph = graph
         self.coord = tf.compat.v1.train.Coordinator()
         self.runners = RunnerSet(sess, self.coord, queue_ops(graph))
-        self._signals = SessionSignals(state, self.wake)
-        self._routed = ROUTER.register(self._signals)
+        self.signals = SessionSignals(state, self.wake, grace)
+        self._routed = ROUTER.register(self.signals)
         self._watch = None
         if stall_timeout is not None:
             self._watch = StallWatch(state, self.runners, queue_ops(graph), stall_timeout,
@@ -71,5 +72,5 @@ class SessionThreads:
         if self._watch is not None:
             self._watch.stop(grace)
         if self._routed:
-            ROUTER.unregister(self._signals)
+            ROUTER.unregister(self.signals)
         return stuck
