@@ -131,6 +131,7 @@ def _reason(message: str | None) -> str:
     """The informative line of TF's message ("FIFOQueue '...' is closed and has ...")."""
     lines = [line.strip() for line in (message or "").splitlines()]
     useful = [line for line in lines if line and not line.startswith(
-        ("Graph execution error", "Detected at node", "[[", "Original stack trace"))]
+        ("Graph execution error", "Detected at node", "[[", "Original stack trace", "File ",
+         "Node: "))]
     return next((line for line in useful if "closed" in line), useful[0] if useful
                 else "end of input")
