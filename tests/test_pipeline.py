@@ -131,7 +131,7 @@ def test_queuekit_made_files_carry_their_features(tmp_path):
 
 @pytest.mark.parametrize("read_many", [None, 4])
 def test_wrong_raw_size_names_record_and_sizes(tmp_path, read_many):
-    """A raw record shorter than its shape fails with file:index and both sizes."""
+    """A raw record shorter than its shape fails naming file:byte offset and both sizes."""
     path = _write(tmp_path / "short.tfrecords", range(5), raw_len=50)
     with pytest.raises(tf.errors.InvalidArgumentError) as info:
         with qk.QueueSession() as qs:
@@ -219,3 +219,42 @@ def test_capacity_is_bounded_by_bytes(tmp_path):
         qs.run(tf.constant(0))
         cap = {s.name: s.capacity for s in qs.queue_stats()}["tfrecord_batches/batch/fifo_queue"]
     assert cap == builders.QUEUE_BYTES // (256 * 256 * 3)
+
+
+@pytest.mark.parametrize("cut", range(1, 12))
+@pytest.mark.parametrize("read_many", [None, 8])
+def test_file_cut_inside_a_record_header_is_an_error_not_a_short_epoch(tmp_path, cut,
+                                                                       read_many):
+    """A file cut 1-11 bytes into a header names the file and record; TF alone drops it."""
+    path = _write(tmp_path / "cut.tfrecords", range(5))
+    data = open(path, "rb").read()
+    open(path, "wb").write(data + data[:cut])  # a sixth record's header, cut short
+    with tf.Graph().as_default(), pytest.raises(qk.CorruptRecordError) as info:
+        qk.tfrecord_batches(path, batch_size=2, num_epochs=1, read_many=read_many)
+    err = info.value
+    assert isinstance(err, tf.errors.DataLossError)
+    assert (err.path, err.index, err.offset) == (path, 5, len(data))
+    assert f"truncated: {cut} of 12 header bytes" in str(err)
+
+
+@pytest.mark.parametrize("content,looks", [
+    (b'{\n  "name": "README"\n}\n', "JSON text"),
+    (b"\x1f\x8b\x08\x00" + bytes(40), "GZIP-compressed"),
+])
+def test_a_file_that_is_not_tfrecords_is_named_with_what_it_looks_like(tmp_path, id_files,
+                                                                      content, looks):
+    """A README.json or a GZIP file among the records is named, with what it looks like."""
+    other = tmp_path / "zz-other"
+    other.write_bytes(content)
+    with tf.Graph().as_default(), pytest.raises(qk.CorruptRecordError) as info:
+        qk.tfrecord_batches(id_files + [str(other)], batch_size=2)
+    assert str(other) in str(info.value) and looks in str(info.value)
+
+
+def test_a_record_that_is_not_an_example_is_a_dataset_error(tmp_path):
+    """A TFRecord file of non-Example records fails at build time naming the file, not protobuf."""
+    path = str(tmp_path / "junk.tfrecords")
+    with tf.io.TFRecordWriter(path) as w:
+        w.write(b"\xff\xff\xff not a protobuf")
+    with tf.Graph().as_default(), pytest.raises(qk.DatasetError, match="not a tf.train.Example"):
+        qk.tfrecord_batches(path, batch_size=2)

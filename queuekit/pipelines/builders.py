@@ -15,7 +15,7 @@ import os
 
 import tensorflow as tf
 
-from queuekit.pipelines.layout import RecordLayout, parse_records, record_layout
+from queuekit.pipelines.layout import RecordLayout, check_files, parse_records, record_layout
 from queuekit.records.files import expand_files
 from queuekit.records.folder import ImageFolder, scan_image_folder
 
@@ -111,7 +111,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
                      num_threads: int = 1, read_many: int | None = None,
                      capacity: int | None = None, min_after_dequeue: int | None = None,
                      allow_smaller_final_batch: bool | None = None,
-                     image_shape=None, normalize: bool = True,
+                     image_shape=None, normalize: bool = True, check_framing: bool = True,
                      name: str | None = None) -> dict[str, tf.Tensor]:
     """Batches of ``image`` and ``label`` (and ``label_text``, ``filename`` when present).
 
@@ -134,14 +134,19 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
             no record is lost.
         image_shape: (H, W, C) of seed files, which do not say (default 256x256x3).
         normalize: float32 ``image / 255 - 0.5`` (the seed's); False gives uint8.
+        check_framing: walk every file's record headers first (12 bytes read per
+            record), so a file cut short is an error, not a silently short epoch.
         name: name scope.
 
     Raises:
         InputNotFound: a file, glob or directory matches nothing (at build time).
         DatasetError: the files hold no records, or no ``img_raw`` feature.
+        CorruptRecordError: a file's framing is broken (``check_framing``).
     """
     _check_counts(batch_size=batch_size, num_readers=num_readers, num_threads=num_threads)
     files = expand_files(files)
+    if check_framing:
+        check_files(files)
     layout = record_layout(files, image_shape)
     if allow_smaller_final_batch is None:
         allow_smaller_final_batch = num_epochs is not None

@@ -119,3 +119,61 @@ def has_records(path: str) -> bool:
         return os.path.getsize(path) > 0
     except OSError:
         return False
+
+
+# Leading bytes of files that are not plain TFRecords, for a clearer error.
+_MAGIC = ((b"\x1f\x8b", "GZIP-compressed"), (b"\x78\x01", "ZLIB-compressed"),
+          (b"\x78\x9c", "ZLIB-compressed"), (b"\x78\xda", "ZLIB-compressed"))
+_BIG_RECORD = 1 << 16  # past this, read just the next header instead of a whole chunk
+
+
+def what_it_is(path: str) -> str:
+    """A hint on what a file that is not a TFRecord file looks like ("GZIP-compressed"...)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:
+        return ""
+    for magic, name in _MAGIC:
+        if head.startswith(magic):
+            return name
+    if head.lstrip()[:1] in (b"{", b"["):
+        return "JSON text"
+    if head and all(32 <= b < 127 or b in (9, 10, 13) for b in head):
+        return f"text ({head[:12]!r}...)"
+    return ""
+
+
+def check_framing(path: str) -> Corruption | None:
+    """The first framing fault of ``path`` (a bad length CRC, a truncation), or None.
+
+    TensorFlow's reader takes a record header cut short as the end of the file,
+    so a file truncated inside a header would silently lose its last record.
+    This walks the headers only: one small read per record for large records,
+    1 MiB at a time for small ones; data CRCs are left to the reader.
+    """
+    size = os.path.getsize(path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        pos = index = start = 0
+        buf = b""
+        length = 0
+        while pos < size:
+            off = pos - start
+            if off + 12 > len(buf):
+                start, off = pos, 0
+                buf = os.pread(fd, 12 if length > _BIG_RECORD else 1 << 20, pos)
+            header = buf[off:off + 12]
+            if len(header) < 12:
+                return Corruption(index, pos, f"truncated: {len(header)} of 12 header bytes")
+            if _masked_crc(header[:8]) != struct.unpack("<I", header[8:])[0]:
+                return Corruption(index, pos, "bad length CRC")
+            (length,) = struct.unpack("<Q", header[:8])
+            end = pos + 16 + length
+            if end > size:
+                return Corruption(index, pos, f"truncated: record of {length} bytes cut at "
+                                              f"{max(0, size - pos - 12)}")
+            pos, index = end, index + 1
+        return None
+    finally:
+        os.close(fd)
