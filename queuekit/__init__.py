@@ -1,58 +1,61 @@
-"""queuekit: safe and fast TF1 graph-mode queue input pipelines."""
+"""queuekit: safe and fast TF1 graph-mode queue input pipelines.
+
+The public names are listed in ``__all__`` with the module that defines each;
+a name's module (and so TensorFlow) is imported when the name is first used,
+so that ``queuekit --version`` and ``make``'s worker processes start without
+TensorFlow, and the CLI can quiet TensorFlow's start-up log before it loads.
+"""
+
+from __future__ import annotations
+
+import importlib
 
 from queuekit.version import __version__
 
-from queuekit.bench import BenchReport, benchmark
-from queuekit.errors import (
-    CorruptRecordError,
-    DatasetError,
-    EndOfData,
-    ImageDecodeError,
-    InputNotFound,
-    MissingDependencyError,
-    OutputExistsError,
-    PipelineStalled,
-    QueuekitError,
-    ShutdownTimeout,
-)
-from queuekit.pipelines.builders import image_folder_batches, tfrecord_batches
-from queuekit.pipelines.layout import RecordLayout, record_layout
-from queuekit.records.export import ExportReport, export_images
-from queuekit.records.folder import ImageFolder, scan_image_folder
-from queuekit.records.inspect import InspectReport, inspect_tfrecords
-from queuekit.records.writer import WriteReport, write_tfrecords
-from queuekit.session.monitored import monitored_training_session
-from queuekit.session.queue_session import QueueSession
-from queuekit.session.runners import QueueStat
+# name -> the module that defines it
+_WHERE = {
+    "QueueSession": "queuekit.session.queue_session",
+    "QueueStat": "queuekit.session.runners",
+    "monitored_training_session": "queuekit.session.monitored",
+    "tfrecord_batches": "queuekit.pipelines.builders",
+    "image_folder_batches": "queuekit.pipelines.builders",
+    "record_layout": "queuekit.pipelines.layout",
+    "RecordLayout": "queuekit.pipelines.layout",
+    "benchmark": "queuekit.bench",
+    "BenchReport": "queuekit.bench",
+    "ImageFolder": "queuekit.records.folder",
+    "scan_image_folder": "queuekit.records.folder",
+    "write_tfrecords": "queuekit.records.writer",
+    "WriteReport": "queuekit.records.writer",
+    "read_labels": "queuekit.records.labels",
+    "export_images": "queuekit.records.export",
+    "ExportReport": "queuekit.records.export",
+    "inspect_tfrecords": "queuekit.records.inspect",
+    "InspectReport": "queuekit.records.inspect",
+    "QueuekitError": "queuekit.errors",
+    "EndOfData": "queuekit.errors",
+    "PipelineStalled": "queuekit.errors",
+    "ShutdownTimeout": "queuekit.errors",
+    "DatasetError": "queuekit.errors",
+    "BadRecordError": "queuekit.errors",
+    "InputNotFound": "queuekit.errors",
+    "CorruptRecordError": "queuekit.errors",
+    "ImageDecodeError": "queuekit.errors",
+    "OutputExistsError": "queuekit.errors",
+    "MissingDependencyError": "queuekit.errors",
+}
+
+__all__ = ["__version__", *_WHERE]
 
 
-__all__ = [
-    "__version__",
-    "QueueSession",
-    "monitored_training_session",
-    "QueueStat",
-    "tfrecord_batches",
-    "image_folder_batches",
-    "record_layout",
-    "RecordLayout",
-    "benchmark",
-    "BenchReport",
-    "ImageFolder",
-    "scan_image_folder",
-    "write_tfrecords",
-    "WriteReport",
-    "export_images",
-    "ExportReport",
-    "inspect_tfrecords",
-    "InspectReport",
-    "QueuekitError",
-    "EndOfData",
-    "PipelineStalled",
-    "ShutdownTimeout",
-    "DatasetError",
-    "InputNotFound",
-    "CorruptRecordError",
-    "ImageDecodeError",
-    "OutputExistsError",
-    "MissingDependencyError",
-]
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'queuekit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,7 +1,15 @@
 """The ``queuekit`` command line: one ``add_<name>_parser`` per subcommand.
 
-Exit codes: 0 success; 1 something was skipped under ``--strict`` or
-corruption was found; 2 usage or input errors; 130 Ctrl-C.
+Exit codes, the same for every subcommand: 0 success; 1 bad data (a corrupt
+or malformed record, an unreadable image or folder under ``--strict``,
+``inspect`` finding either); 2 usage or input errors (bad arguments, missing
+inputs, an output that exists or cannot be written); 128 + the signal's
+number when stopped by one (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), with
+nothing left half-written.
+
+The CLI is a program, not the library: it quiets TensorFlow's start-up log
+(``TF_CPP_MIN_LOG_LEVEL=2`` and its Python logger at ERROR) for its own
+process and children, unless ``-v`` is given or the variable is already set.
 """
 
 from __future__ import annotations
@@ -10,8 +18,10 @@ import argparse
 import importlib.util
 import logging
 import os
+import signal
 import sys
 
+from queuekit.program import Terminated, quiet_tensorflow, signals_end_the_command
 from queuekit.version import __version__
 
 log = logging.getLogger(__name__)
@@ -240,18 +250,28 @@ def main(argv: list[str] | None = None) -> int:
     root = logging.getLogger("queuekit")
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if args.verbose else logging.INFO)
-    from queuekit.errors import CorruptRecordError, ImageDecodeError, QueuekitError
+    with quiet_tensorflow(args.verbose), signals_end_the_command():
+        from queuekit.errors import (
+            BadRecordError,
+            CorruptRecordError,
+            ImageDecodeError,
+            QueuekitError,
+        )
 
-    try:
-        return int(func(args) or 0)
-    except (ImageDecodeError, CorruptRecordError) as e:  # bad data, not bad usage
-        print(f"queuekit {args.command}: error: {e}", file=sys.stderr)
-        return 1
-    except (QueuekitError, OSError) as e:
-        print(f"queuekit {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"queuekit {args.command}: interrupted", file=sys.stderr)
-        return 130
-    finally:
-        root.removeHandler(handler)
+        try:
+            return int(func(args) or 0)
+        except (ImageDecodeError, CorruptRecordError, BadRecordError) as e:  # bad data
+            print(f"queuekit {args.command}: error: {e}", file=sys.stderr)
+            return 1
+        except (QueuekitError, OSError) as e:
+            print(f"queuekit {args.command}: error: {e}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print(f"queuekit {args.command}: interrupted", file=sys.stderr)
+            return 130
+        except Terminated as e:
+            print(f"queuekit {args.command}: stopped by {signal.Signals(e.signum).name}",
+                  file=sys.stderr)
+            return 128 + e.signum
+        finally:
+            root.removeHandler(handler)

@@ -17,6 +17,7 @@ __all__ = [
     "PipelineStalled",
     "ShutdownTimeout",
     "DatasetError",
+    "BadRecordError",
     "InputNotFound",
     "CorruptRecordError",
     "ImageDecodeError",
@@ -69,6 +70,10 @@ class ShutdownTimeout(QueuekitError, TimeoutError):
 
 class DatasetError(QueuekitError, ValueError):
     """The input data is not what was expected (names the path and what is wrong)."""
+
+
+class BadRecordError(DatasetError):
+    """A record's content is not what was expected (names the file and record index)."""
 
 
 class InputNotFound(QueuekitError, FileNotFoundError):

@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 from PIL import Image
 
-from queuekit.errors import DatasetError
+from queuekit.errors import BadRecordError
 
 SEED_SHAPE = (256, 256, 3)
 FORMATS = ("raw", "jpeg", "png")
@@ -65,8 +65,10 @@ def make_example(pixels_or_bytes: bytes, *, label: int, height: int, width: int,
     """Serialize one record in queuekit's format (a superset of the seed's)."""
     return encode_example({
         "label": label, "img_raw": bytes(pixels_or_bytes), "height": height, "width": width,
-        "channels": channels, "format": fmt.encode(), "label_text": label_text.encode("utf-8"),
-        "filename": filename.encode("utf-8")})
+        "channels": channels, "format": fmt.encode(),
+        # surrogateescape: a name that is not UTF-8 on disk keeps its exact bytes.
+        "label_text": label_text.encode("utf-8", "surrogateescape"),
+        "filename": filename.encode("utf-8", "surrogateescape")})
 
 
 @dataclasses.dataclass
@@ -101,12 +103,12 @@ def decode_example(data: bytes, *, where: str) -> Decoded:
     """Decode one serialized record (queuekit or seed format) to pixels and label.
 
     Raises:
-        DatasetError: naming ``where`` (file and record index) and what was expected.
+        BadRecordError: naming ``where`` (file and record index) and what was expected.
     """
     try:
         example = tf.train.Example.FromString(data)
     except Exception as e:  # noqa: BLE001 - protobuf raises its own DecodeError
-        raise DatasetError(f"{where}: not a tf.train.Example ({e})") from e
+        raise BadRecordError(f"{where}: not a tf.train.Example ({e})") from e
     feats = example.features.feature
 
     def one(name, default=None):
@@ -114,7 +116,7 @@ def decode_example(data: bytes, *, where: str) -> Decoded:
 
     img = one("img_raw")
     if img is None:
-        raise DatasetError(f"{where}: no 'img_raw' feature (features: {sorted(feats)})")
+        raise BadRecordError(f"{where}: no 'img_raw' feature (features: {sorted(feats)})")
     fmt = one("format", b"raw").decode()
     label = one("label")
     text = one("label_text")
@@ -122,9 +124,12 @@ def decode_example(data: bytes, *, where: str) -> Decoded:
     if fmt == "raw":
         shape = (int(one("height", SEED_SHAPE[0])), int(one("width", SEED_SHAPE[1])),
                  int(one("channels", SEED_SHAPE[2])))
+        if min(shape) < 1:
+            raise BadRecordError(f"{where}: invalid image shape {shape[0]}x{shape[1]}x"
+                                 f"{shape[2]} (height, width and channels must be positive)")
         expected = shape[0] * shape[1] * shape[2]
         if len(img) != expected:
-            raise DatasetError(f"{where}: img_raw has {len(img)} bytes, expected {expected} "
+            raise BadRecordError(f"{where}: img_raw has {len(img)} bytes, expected {expected} "
                                f"for a {shape[0]}x{shape[1]}x{shape[2]} raw image")
         image = np.frombuffer(img, np.uint8).reshape(shape)
     elif fmt in ("jpeg", "png"):
@@ -132,9 +137,9 @@ def decode_example(data: bytes, *, where: str) -> Decoded:
             with Image.open(io.BytesIO(img)) as im:
                 image = np.asarray(im.convert("RGB"))
         except Exception as e:  # noqa: BLE001 - Pillow's many decode errors
-            raise DatasetError(f"{where}: img_raw is not a valid {fmt} image ({e})") from e
+            raise BadRecordError(f"{where}: img_raw is not a valid {fmt} image ({e})") from e
     else:
-        raise DatasetError(f"{where}: unknown format {fmt!r}, expected one of {FORMATS}")
+        raise BadRecordError(f"{where}: unknown format {fmt!r}, expected one of {FORMATS}")
     return Decoded(None if label is None else int(label), image,
-                   None if text is None else text.decode("utf-8", "replace"),
-                   None if name is None else name.decode("utf-8", "replace"), fmt)
+                   None if text is None else text.decode("utf-8", "surrogateescape"),
+                   None if name is None else name.decode("utf-8", "surrogateescape"), fmt)

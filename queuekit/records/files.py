@@ -23,7 +23,8 @@ def expand_files(files) -> list[str]:
         item = os.fspath(item)
         if os.path.isdir(item):
             found = sorted(p for p in glob.glob(os.path.join(glob.escape(item), "*"))
-                           if os.path.isfile(p) and not p.endswith(".labels.txt")
+                           if os.path.isfile(p)
+                           and not p.endswith((".labels.txt", ".manifest.json"))
                            and not os.path.basename(p).startswith("."))
             if not found:
                 raise InputNotFound(f"no files in directory {item}")
@@ -46,7 +47,8 @@ def temp_beside(final: str) -> str:
     """
     folder, name = os.path.split(os.path.abspath(final))
     while True:
-        tmp = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
+        # The pid lets a later run tell a dead writer's leftovers (records.commit).
+        tmp = os.path.join(folder, f".{name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
         try:
             os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
             return tmp

@@ -15,7 +15,8 @@ class ImageFolder:
     """The images of a folder tree, their integer labels and the class names.
 
     ``labels[i]`` indexes ``class_names``, which are the sorted first-level
-    sub-folder names. ``skipped`` counts what was passed over, by reason.
+    sub-folder names. ``skipped`` counts what was passed over, by reason;
+    ``unreadable`` lists the folders that could not be listed, and why.
     """
 
     root: str
@@ -23,6 +24,7 @@ class ImageFolder:
     labels: list[int]
     class_names: list[str]
     skipped: dict[str, int] = dataclasses.field(default_factory=dict)
+    unreadable: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (folder, why)
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -40,6 +42,9 @@ def scan_image_folder(root, *, shuffle: bool = False, seed: int | None = None,
     in ``root``, hidden files and folders, and files without an image extension
     are skipped and counted. Order is sorted (so labels and output are
     reproducible); ``shuffle=True`` with a ``seed`` is a deterministic shuffle.
+
+    A class folder (or one inside it) that cannot be listed is not an error
+    here: it is in ``unreadable``, and ``make`` warns, or fails with ``strict``.
 
     Raises:
         InputNotFound: ``root`` does not exist or is not a folder.
@@ -66,8 +71,14 @@ def scan_image_folder(root, *, shuffle: bool = False, seed: int | None = None,
     if not classes:
         raise DatasetError(f"{root}: no class sub-folders (expected {root}/<class>/<image>)")
     paths, labels = [], []
+    unreadable: list[tuple[str, str]] = []
+
+    def cannot_list(error: OSError) -> None:
+        unreadable.append((error.filename or "?", error.strerror or str(error)))
+
     for label, name in enumerate(classes):
-        for dirpath, dirnames, filenames in os.walk(os.path.join(root, name)):
+        for dirpath, dirnames, filenames in os.walk(os.path.join(root, name),
+                                                    onerror=cannot_list):
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
             for filename in sorted(filenames):
                 if filename.startswith("."):
@@ -78,11 +89,12 @@ def scan_image_folder(root, *, shuffle: bool = False, seed: int | None = None,
                     paths.append(os.path.join(dirpath, filename))
                     labels.append(label)
     if not paths:
+        why = f"; cannot list: {unreadable[0][0]} ({unreadable[0][1]})" if unreadable else ""
         raise DatasetError(f"{root}: no images in any class folder "
-                           f"(extensions: {', '.join(sorted(exts))})")
+                           f"(extensions: {', '.join(sorted(exts))}){why}")
     if shuffle:
         order = list(range(len(paths)))
         random.Random(seed).shuffle(order)
         paths = [paths[i] for i in order]
         labels = [labels[i] for i in order]
-    return ImageFolder(root, paths, labels, classes, skipped)
+    return ImageFolder(root, paths, labels, classes, skipped, unreadable)

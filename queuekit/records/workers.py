@@ -9,10 +9,14 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
+import ctypes
+import ctypes.util
 import errno
 import multiprocessing
 import os
 import signal
+import threading
+import time
 from collections.abc import Iterator
 
 from queuekit.records.example import make_example
@@ -20,6 +24,7 @@ from queuekit.records.images import encode, load_rgb_image
 from queuekit.records.tfrecord import frame
 
 CHUNK = 8  # images per task sent to a worker
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # copy_file_range errors that mean "not here": fall back to read + write.
 _NO_COPY_RANGE = (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP)
 
@@ -49,10 +54,29 @@ def _encode_chunk(tasks, chunk_path: str) -> list[tuple[int | None, str | None]]
     return results
 
 
-def _ignore_sigint():
+def _init_worker(parent: int) -> None:
     # Ctrl-C reaches the whole process group: the parent alone handles it and
     # shuts the pool down, instead of every worker dying with a traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with(parent)
+
+
+def _die_with(parent: int) -> None:
+    """Exit when the parent dies, even by SIGKILL (it cannot shut the pool down then)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: watch the parent from a thread
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True,
+                         name="queuekit-parent-watch").start()
+    if os.getppid() != parent:  # it died before the request took effect
+        os._exit(1)
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
 
 
 @contextlib.contextmanager
@@ -79,7 +103,8 @@ def encoded_chunks(tasks, workers: int, spool: str) -> Iterator[Iterator[tuple]]
     # TensorFlow again in each of them.
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     pool = concurrent.futures.ProcessPoolExecutor(
-        workers, mp_context=multiprocessing.get_context(method), initializer=_ignore_sigint)
+        workers, mp_context=multiprocessing.get_context(method), initializer=_init_worker,
+        initargs=(os.getpid(),))
     window: collections.deque = collections.deque()
 
     def in_order():

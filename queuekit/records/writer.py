@@ -14,9 +14,20 @@ import time
 from tqdm import tqdm
 
 from queuekit.errors import DatasetError, ImageDecodeError, OutputExistsError
+from queuekit.records.commit import (
+    SPOOL_PREFIX,
+    check_output,
+    commit,
+    manifest_path,
+    manifest_text,
+    previous_dataset,
+    remove_stale,
+)
 from queuekit.records.example import FORMATS
 from queuekit.records.files import temp_beside
 from queuekit.records.folder import ImageFolder, scan_image_folder
+from queuekit.records.images import MAX_PIXELS
+from queuekit.records.labels import write_labels
 from queuekit.records.workers import copy_bytes, encoded_chunks
 
 log = logging.getLogger(__name__)
@@ -53,7 +64,8 @@ def shard_paths(output: str, shards: int) -> list[str]:
 
 
 def labels_path(output: str) -> str:
-    """The class-names file written beside ``output``: one name per line, in label order."""
+    """The class-names file beside ``output``: one name per line, in label order (escaped:
+    see :mod:`queuekit.records.labels`)."""
     return output + ".labels.txt"
 
 
@@ -75,11 +87,15 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str = "r
         strict: make the first unreadable image an error instead of a skip.
         progress: show a tqdm bar.
 
-    Output is written to temporary files in the same folder and renamed into
-    place only when complete: an interrupted run leaves no output and no temp.
+    Output is written to temporary files in the same folder and committed as
+    one unit when complete (:mod:`queuekit.records.commit`): the shards, then
+    ``<output>.labels.txt``, then ``<output>.manifest.json``. An interrupted or
+    failed run leaves no output and no temp; the previous dataset of the same
+    name (any shard count) is replaced whole with ``overwrite``, or kept whole
+    on failure. Temp files a killed run left are removed by the next one.
 
     Raises:
-        InputNotFound, DatasetError: bad source (nothing is written).
+        InputNotFound, DatasetError: bad source or output (nothing is written).
         OutputExistsError: an output exists and ``overwrite`` is False.
         ImageDecodeError: with ``strict``, the first unreadable image.
     """
@@ -88,17 +104,21 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str = "r
     if shards < 1:
         raise DatasetError(f"shards must be at least 1, not {shards}")
     height, width = _size(image_size)
-    folder = source if isinstance(source, ImageFolder) else scan_image_folder(source)
-    output = os.fspath(output)
-    finals = shard_paths(output, shards) + [labels_path(output)]
-    if not overwrite:
-        existing = [p for p in finals if os.path.exists(p)]
-        if existing:
-            raise OutputExistsError(f"output exists: {existing[0]} (use overwrite=True / "
-                                    f"--overwrite to replace it)")
-    out_dir = os.path.dirname(os.path.abspath(output))
-    os.makedirs(out_dir, exist_ok=True)
     workers = (os.cpu_count() or 1) if workers is None else max(1, int(workers))
+    output = check_output(output)
+    out_dir = os.path.dirname(output)
+    finals = shard_paths(output, shards) + [labels_path(output), manifest_path(output)]
+    remove_stale(out_dir, [os.path.basename(f) for f in finals])
+    previous = previous_dataset(output)
+    if previous and not overwrite:
+        raise OutputExistsError(f"output exists: {previous[0]} (use overwrite=True / "
+                                f"--overwrite to replace the dataset)")
+    folder = source if isinstance(source, ImageFolder) else scan_image_folder(source)
+    for path, reason in folder.unreadable:
+        if strict:
+            raise DatasetError(f"{path}: cannot list this folder ({reason}); its images "
+                               f"would be missing")
+        log.warning("cannot list %s (%s): its images are not written", path, reason)
 
     started = time.monotonic()
     temps: list[str] = []
@@ -106,15 +126,16 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str = "r
     spool = None
     skipped: list[tuple[str, str]] = []
     per_class: collections.Counter = collections.Counter()
+    per_shard = [0] * shards
     written = size = 0
     tasks = [(path, (height, width), encoding, folder.labels[i],
               folder.class_names[folder.labels[i]], folder.relative(i))
              for i, path in enumerate(folder.paths)]
     try:
         temps = [temp_beside(final) for final in finals]
-        for tmp in temps[:-1]:
+        for tmp in temps[:shards]:
             files.append(os.open(tmp, os.O_WRONLY))
-        spool = tempfile.mkdtemp(prefix=".queuekit-make-", dir=out_dir)
+        spool = tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-", dir=out_dir)
         bar = tqdm(total=len(tasks), unit="img", desc="make", disable=not progress,
                    file=sys.stderr)
         with bar, encoded_chunks(tasks, workers, spool) as chunks:
@@ -129,8 +150,10 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str = "r
                             log.warning("skipped %s: %s", path, reason)
                             skipped.append((path, reason))
                             continue
-                        copy_bytes(src, files[written % shards], length)
+                        shard = written % shards
+                        _append(src, files[shard], length, finals[shard])
                         per_class[class_name] += 1
+                        per_shard[shard] += 1
                         written += 1
                         size += length
                 finally:
@@ -142,10 +165,12 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str = "r
         for fd in files:
             os.close(fd)
         files = []
-        with open(temps[-1], "w", encoding="utf-8") as f:
-            f.write("".join(name + "\n" for name in folder.class_names))
-        for tmp, final in zip(temps, finals):
-            os.replace(tmp, final)
+        write_labels(temps[shards], folder.class_names)
+        with open(temps[shards + 1], "w", encoding="utf-8", errors="surrogateescape") as f:
+            f.write(manifest_text(shards=finals[:shards], records=per_shard,
+                                  labels=finals[shards], classes=list(folder.class_names),
+                                  image_size=(height, width), encoding=encoding))
+        commit(list(zip(temps, finals)), previous)  # the manifest last
         temps = []
     finally:
         for fd in files:
@@ -157,8 +182,16 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str = "r
                 os.unlink(tmp)
             except OSError:
                 pass
-    return WriteReport(written, skipped, finals[:-1], finals[-1], list(folder.class_names),
-                       size, time.monotonic() - started, dict(per_class))
+    return WriteReport(written, skipped, finals[:shards], finals[shards],
+                       list(folder.class_names), size, time.monotonic() - started,
+                       dict(per_class))
+
+
+def _append(src: int, dst: int, length: int, final: str) -> None:
+    try:
+        copy_bytes(src, dst, length)
+    except OSError as e:  # disk full, quota: say which output
+        raise OSError(e.errno, f"{e.strerror} (writing {final})", final) from e
 
 
 def _size(image_size) -> tuple[int, int]:
@@ -167,4 +200,8 @@ def _size(image_size) -> tuple[int, int]:
     h, w = (int(v) for v in image_size)
     if h < 1 or w < 1:
         raise DatasetError(f"image_size must be positive, not {image_size}")
+    if h * w > MAX_PIXELS:
+        # Each worker holds a few copies of one image: bound it before any work starts.
+        raise DatasetError(f"image_size {h}x{w} is {h * w:,} pixels per image, over the limit "
+                           f"of {MAX_PIXELS:,} (Pillow's decompression-bomb bound)")
     return h, w

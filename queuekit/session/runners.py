@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from queuekit.session.diagnose import corrupt_file_note
 from queuekit.session.queue_ops import GraphQueueOps
+from queuekit.session.reads import queues_read
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class RunnerSet:
         self._started: set[int] = set()  # id() of every QueueRunner already started
         self._live: dict[int, int] = {}  # id(QueueRunner) -> its threads still running
         self._queue_names: list[str] = []  # the runner queues, in start order
+        self._consumers: dict[str, set[int]] = {}  # queue -> id() of runners dequeuing it
         self.threads: list[threading.Thread] = []
         self.failure: RunnerFailure | None = None
         # monotonic time of the last completed enqueue, per queue: "is the input moving?"
@@ -90,6 +92,8 @@ class RunnerSet:
                 continue
             self._started.add(id(qr))
             self._live[id(qr)] = len(qr.enqueue_ops)
+            for queue in queues_read(qr.enqueue_ops):  # what this runner dequeues from
+                self._consumers.setdefault(queue, set()).add(id(qr))
             if _queue_name(qr) not in self._queue_names:
                 self._queue_names.append(_queue_name(qr))
             for i, op in enumerate(qr.enqueue_ops):
@@ -156,11 +160,19 @@ class RunnerSet:
         was cancelled" for every such step. Call after ``request_stop``; what
         is still blocked after ``seconds`` (an empty upstream) is left to
         :meth:`cancel`. The elements taken out are dropped: the caller stopped.
+
+        A queue is drained only once no live runner dequeues from it: with no
+        other consumer its size can only grow, so taking ``size`` elements
+        never blocks (a blocked, timed-out dequeue logs a warning of its own).
+        Draining the batch queue lets its runners finish, and then theirs.
         """
         deadline = time.monotonic() + seconds
         options = tf.compat.v1.RunOptions(timeout_in_ms=_SMALL_OP_TIMEOUT_MS)
-        drains = [h for h in self._ops.handles(self._queue_names) if h.drain is not None]
-        while self.live_count() and time.monotonic() < deadline and drains:
+        handles = [h for h in self._ops.handles(self._queue_names) if h.drain is not None]
+        while self.live_count() and time.monotonic() < deadline and handles:
+            with self._lock:
+                drains = [h for h in handles if not any(
+                    self._live.get(r, 0) for r in self._consumers.get(h.name, ()))]
             try:
                 sizes = self._sess.run([h.size for h in drains], options=options)
                 for h, size in zip(drains, sizes):

@@ -1,0 +1,54 @@
+"""What the CLI does as a program, never the library: quiet TensorFlow, end on SIGTERM/SIGHUP."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP, raised in the main thread so that every ``finally`` cleans up."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _terminate(signum, frame):
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def signals_end_the_command():
+    """SIGTERM and SIGHUP end the command like Ctrl-C (a batch scheduler's preemption,
+    ``timeout``, ``docker stop``), unless the process chose to ignore them (``nohup``)."""
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            if signum is not None and signal.getsignal(signum) == signal.SIG_DFL:
+                previous[signum] = signal.signal(signum, _terminate)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def quiet_tensorflow(verbose: bool):
+    tf_logger = logging.getLogger("tensorflow")
+    level = tf_logger.level
+    set_env = not verbose and "TF_CPP_MIN_LOG_LEVEL" not in os.environ
+    if set_env:
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"  # read once, when TensorFlow loads
+    if not verbose:
+        tf_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        tf_logger.setLevel(level)
+        if set_env:
+            os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)

@@ -1,0 +1,162 @@
+"""Putting a dataset in place as one unit, and cleaning up what a dead run left behind.
+
+A dataset is its shard files, its labels file and a manifest written last: a
+folder without the manifest is not a complete dataset. The commit first moves
+every file of the previous dataset of the same name aside (also shards of an
+earlier, different ``--shards``), renames the new files in, and only then
+removes the old ones; if any rename fails, the new files are removed and the
+old ones moved back. Temporary and spool names carry the writer's pid, so a
+later run can tell what a dead run left and remove it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+
+from queuekit.errors import DatasetError
+
+log = logging.getLogger(__name__)
+
+SPOOL_PREFIX = ".queuekit-make-"
+_OURS = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)-[0-9a-f]{8}\.(?:tmp|old)$")
+_SPOOL = re.compile(re.escape(SPOOL_PREFIX) + r"(?P<pid>\d+)-")
+
+
+def manifest_path(output: str) -> str:
+    """The manifest written beside ``output`` when the dataset is complete."""
+    return output + ".manifest.json"
+
+
+def check_output(output: str) -> str:
+    """The absolute output path, with its folder created; errors name the path, before work.
+
+    Raises:
+        DatasetError: ``output`` is (or ends like) a folder, or a file is in the way.
+        OSError: the folder cannot be created or written, naming it.
+    """
+    text = os.fspath(output)
+    if text.endswith((os.sep, os.altsep or os.sep)) or os.path.isdir(text):
+        raise DatasetError(f"output {text} is a folder; give a file path, e.g. "
+                           f"{os.path.join(text, 'data.tfrecords')}")
+    path = os.path.abspath(text)
+    folder = os.path.dirname(path)
+    probe = folder
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise DatasetError(f"cannot create the output folder {folder}: {probe} is a file")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise OSError(e.errno, f"cannot create the output folder: {e.strerror}", folder) from e
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(13, "output folder is not writable", folder)
+    return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
+
+
+def remove_stale(folder: str, names) -> list[str]:
+    """Remove temp and spool files that a dead queuekit run left for ``names`` in ``folder``."""
+    removed = []
+    names = set(names)
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        ours = _OURS.match(entry.name)
+        spool = _SPOOL.match(entry.name)
+        match = ours if ours and ours.group("name") in names else spool
+        if match is None or int(match.group("pid")) == os.getpid() or _alive(
+                int(match.group("pid"))):
+            continue
+        if spool and entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(entry.path)
+            except OSError:
+                continue
+        log.warning("removed %s, left by queuekit process %s that no longer runs",
+                    entry.path, match.group("pid"))
+        removed.append(entry.path)
+    return removed
+
+
+def previous_dataset(output: str) -> list[str]:
+    """The existing files of a dataset written to ``output``: any shard count, labels, manifest."""
+    folder, name = os.path.split(output)
+    stem, ext = os.path.splitext(name)
+    shard = re.compile(re.escape(stem) + r"-\d{5}-of-\d{5}" + re.escape(ext or ".tfrecords") + "$")
+    extras = {name, name + ".labels.txt", name + ".manifest.json"}
+    try:
+        entries = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    return [os.path.join(folder, e) for e in entries if e in extras or shard.match(e)]
+
+
+def _aside(path: str) -> str:
+    folder, name = os.path.split(path)
+    return os.path.join(folder, f".{name}.{os.getpid()}-{secrets.token_hex(4)}.old")
+
+
+def commit(moves: list[tuple[str, str]], previous: list[str]) -> None:
+    """Rename each (temp, final) into place, the last one last; move ``previous`` aside first.
+
+    On any failure the new files are removed and the previous ones restored.
+    """
+    finals = {final for _, final in moves}
+    backups: list[tuple[str, str]] = []
+    placed: list[str] = []
+    try:
+        for path in sorted(set(previous) | {f for f in finals if os.path.lexists(f)}):
+            if os.path.lexists(path):
+                aside = _aside(path)
+                os.replace(path, aside)
+                backups.append((aside, path))
+        for tmp, final in moves:
+            os.replace(tmp, final)
+            placed.append(final)
+    except BaseException:
+        for final in placed:
+            try:
+                os.unlink(final)
+            except OSError:
+                pass
+        for aside, path in backups:
+            try:
+                os.replace(aside, path)
+            except OSError:
+                log.error("could not restore %s from %s", path, aside)
+        raise
+    for aside, _ in backups:
+        try:
+            os.unlink(aside)
+        except OSError:
+            pass
+
+
+def manifest_text(*, shards: list[str], records: list[int], labels: str, classes: list[str],
+                  image_size, encoding: str, schema: str = "queuekit") -> str:
+    """The manifest: what the dataset holds, written last."""
+    return json.dumps({
+        "format": "queuekit-dataset", "version": 1, "schema": schema,
+        "shards": [os.path.basename(s) for s in shards], "records": records,
+        "total_records": sum(records), "labels": os.path.basename(labels),
+        "classes": classes, "image_size": list(image_size), "encoding": encoding,
+    }, indent=2, ensure_ascii=False) + "\n"
