@@ -21,32 +21,19 @@ import os
 import signal
 import sys
 
+from queuekit.arguments import (
+    check_writable,
+    counts_from_zero,
+    ints,
+    non_negative,
+    number,
+    positive,
+    size,
+)
 from queuekit.program import Terminated, quiet_tensorflow, signals_end_the_command
 from queuekit.version import __version__
 
 log = logging.getLogger(__name__)
-
-
-def _size(text: str) -> tuple[int, int]:
-    try:
-        parts = [int(p) for p in text.lower().split("x")]
-    except ValueError:
-        parts = []
-    if len(parts) == 1:
-        parts *= 2
-    if len(parts) != 2 or min(parts) < 1:
-        raise argparse.ArgumentTypeError(f"expected N or HEIGHTxWIDTH, got {text!r}")
-    return parts[0], parts[1]
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def _progress(args) -> bool:
@@ -58,12 +45,12 @@ def add_make_parser(sub) -> None:
                        description="Write a class-per-folder image tree to TFRecord file(s).")
     p.add_argument("image_dir", help="root folder: IMAGE_DIR/<class>/<image>")
     p.add_argument("output", help="output .tfrecords path (shards derive their names from it)")
-    p.add_argument("--size", type=_size, default=(256, 256),
+    p.add_argument("--size", type=size, default=(256, 256),
                    help="N or HEIGHTxWIDTH each image is resized to (default 256)")
     p.add_argument("--encoding", choices=["raw", "jpeg", "png"], default="raw",
                    help="img_raw bytes: raw RGB (the seed's format, default), jpeg or png")
-    p.add_argument("--shards", type=_positive, default=1)
-    p.add_argument("--workers", type=_positive, default=None,
+    p.add_argument("--shards", type=positive, default=1)
+    p.add_argument("--workers", type=positive, default=None,
                    help="decode processes (default: one per core)")
     p.add_argument("--shuffle", action="store_true", help="shuffle the image order")
     p.add_argument("--seed", type=int, default=None, help="seed of --shuffle")
@@ -94,6 +81,8 @@ def add_export_parser(sub) -> None:
     p.add_argument("tfrecords", nargs="+", metavar="TFRECORD")
     p.add_argument("out_dir", metavar="OUT_DIR")
     p.add_argument("--format", choices=["jpg", "png"], default="jpg")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace what a previous export wrote in OUT_DIR")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_run_export)
 
@@ -102,14 +91,15 @@ def _run_export(args) -> int:
     from queuekit.records.export import export_images
 
     report = export_images(args.tfrecords, args.out_dir, format=args.format,
-                              progress=_progress(args))
+                           overwrite=args.overwrite, progress=_progress(args))
     print(report)
     return 0
 
 
 def add_inspect_parser(sub) -> None:
     p = sub.add_parser("inspect", help="count records, features, labels; find corruption",
-                       description="Report on TFRecord files; exit 1 when a record is corrupt.")
+                       description="Report on TFRecord files; exit 1 when a record is corrupt "
+                                   "or not a tf.train.Example.")
     p.add_argument("tfrecords", nargs="+", metavar="TFRECORD")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_run_inspect)
@@ -120,17 +110,7 @@ def _run_inspect(args) -> int:
 
     report = inspect_tfrecords(args.tfrecords)
     print(report.to_json() if args.json else report)
-    return 1 if report.corrupt else 0
-
-
-def _ints(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        values = []
-    if not values or min(values) < 0:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
-    return values
+    return 1 if report.bad else 0
 
 
 def add_bench_parser(sub) -> None:
@@ -138,15 +118,15 @@ def add_bench_parser(sub) -> None:
                        description="Run every configuration of the grid in its own process and "
                                    "report median records/s, MB/s, queue fill, CPU and RSS.")
     p.add_argument("files", nargs="*", metavar="FILES")
-    p.add_argument("--readers", type=_ints, default=[1, 2, 4])
-    p.add_argument("--threads", type=_ints, default=[1, 2])
-    p.add_argument("--read-many", type=_ints, default=[0, 64])
-    p.add_argument("--batch-size", type=_positive, default=32)
+    p.add_argument("--readers", type=ints, default=[1, 2, 4])
+    p.add_argument("--threads", type=ints, default=[1, 2])
+    p.add_argument("--read-many", type=counts_from_zero, default=[0, 64])
+    p.add_argument("--batch-size", type=positive, default=32)
     p.add_argument("--shuffle", action="store_true")
-    p.add_argument("--seconds", type=float, default=5.0)
-    p.add_argument("--warmup-batches", type=int, default=20)
-    p.add_argument("--repeat", type=_positive, default=3)
-    p.add_argument("--step-ms", type=float, default=0.0,
+    p.add_argument("--seconds", type=number(0, strict=True), default=5.0)
+    p.add_argument("--warmup-batches", type=non_negative, default=20)
+    p.add_argument("--repeat", type=positive, default=3)
+    p.add_argument("--step-ms", type=number(0, strict=False), default=0.0,
                    help="simulated training step per batch")
     p.add_argument("--compare", default="tfdata,seed",
                    help="reference rows, comma-separated, or none: tfdata (the tf.data "
@@ -156,7 +136,7 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--plot", metavar="PATH",
                    help="write a PNG of records/s and queue fill against readers "
                         "(needs matplotlib: pip install 'queuekit[plot]')")
-    p.add_argument("--synthetic", type=_positive, metavar="N",
+    p.add_argument("--synthetic", type=positive, metavar="N",
                    help="benchmark N generated images instead of FILES")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_run_bench)
@@ -176,9 +156,19 @@ def _run_bench(args) -> int:
         print(f"queuekit bench: error: give FILES or --synthetic N; --compare takes "
               f"{','.join(REFERENCES)} or none", file=sys.stderr)
         return 2
+    # Everything that can be checked is checked before the long run, not after it.
     if args.plot and importlib.util.find_spec("matplotlib") is None:
-        # Before the long run, not after it.
         raise MissingDependencyError("--plot needs matplotlib: pip install 'queuekit[plot]'")
+    for path in (args.json, args.plot):
+        if path:
+            check_writable(path)
+    if args.files:
+        from queuekit.pipelines.layout import check_files, record_layout
+        from queuekit.records.files import expand_files
+
+        files = expand_files(args.files)
+        check_files(files)
+        record_layout(files)
     with tempfile.TemporaryDirectory(prefix="queuekit-bench-") as tmp:
         files = args.files
         if args.synthetic:
@@ -201,6 +191,9 @@ def _run_bench(args) -> int:
     if report.interrupted:
         print("queuekit bench: interrupted", file=sys.stderr)
         return 130
+    if not any(r.records_per_s for r in report.rows):
+        print("queuekit bench: error: no configuration ran", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -209,7 +202,7 @@ def add_demo_parser(sub) -> None:
                        description="Generate an image folder, make TFRecords, read one epoch "
                                    "exactly once, export, and run a short bench.")
     p.add_argument("--workdir", default="queuekit-demo")
-    p.add_argument("--images", type=_positive, default=600)
+    p.add_argument("--images", type=positive, default=600)
     p.add_argument("--no-bench", action="store_true", help="skip the short benchmark")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_run_demo)

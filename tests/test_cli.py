@@ -6,6 +6,7 @@ import signal
 import tempfile
 
 import pytest
+import tensorflow as tf
 
 from queuekit.cli import main
 from tests.helpers import run_script
@@ -40,32 +41,51 @@ def test_demo_runs_end_to_end(tmp_path, capsys):
     assert any((tmp_path / "export").iterdir())
 
 
-def test_bench_synthetic_json_has_every_row_and_reports_a_failing_config(tmp_path, capsys,
-                                                                        monkeypatch):
-    """bench --synthetic --json lists every configuration and reference; a failing row is kept."""
+def test_bench_synthetic_json_has_every_row(tmp_path, capsys, monkeypatch):
+    """bench --synthetic --json lists every configuration and reference, and plots them."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     out = tmp_path / "r.json"
-    # threads=0 is not a valid configuration: its rows fail, the others still run
-    assert main(["bench", "--synthetic", "24", "--readers", "1,2", "--threads", "0,1",
+    assert main(["bench", "--synthetic", "24", "--readers", "1,2", "--threads", "1",
                  "--read-many", "0", "--seconds", "0.3", "--repeat", "1",
                  "--warmup-batches", "1", "--batch-size", "8", "--json", str(out),
                  "--plot", str(tmp_path / "p.png"), "--quiet"]) == 0
     table = capsys.readouterr().out
     report = json.loads(out.read_text())
     rows = {r["label"]: r for r in report["rows"]}
-    assert list(rows) == ["readers=1 threads=0 read-many=0", "readers=1 threads=1 read-many=0",
-                          "readers=2 threads=0 read-many=0", "readers=2 threads=1 read-many=0",
+    assert list(rows) == ["readers=1 threads=1 read-many=0", "readers=2 threads=1 read-many=0",
                           "tf.data", "seed-style"]
-    for label, row in rows.items():
-        if "threads=0" in label:
-            assert row["records_per_s"] is None and "num_threads" in row["error"]
-        else:
-            assert row["error"] is None and row["records_per_s"] > 0 and row["cpu_percent"]
-    assert "failed: " in table and "best:" in table and "x tf.data" in report["summary"]
+    for row in rows.values():
+        assert row["error"] is None and row["records_per_s"] > 0 and row["cpu_percent"]
+    assert "best:" in table and "x tf.data" in report["summary"]
     assert report["machine"]["cores"] >= 1 and report["machine"]["tensorflow"]
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert os.listdir(tmp_path / "tmp") == []  # the synthetic data is cleaned up
+
+
+@pytest.mark.parametrize("bad", [
+    ["--readers", "0"], ["--threads", "0"], ["--step-ms", "-10"], ["--seconds", "-5"],
+    ["--seconds", "nan"], ["--warmup-batches", "-1"], ["--json", "/nonexistent/dir/r.json"],
+])
+def test_bench_refuses_bad_arguments_before_running(tmp_path, capsys, bad):
+    """Invalid counts, times or output paths exit 2 at once, naming the argument."""
+    path = _write(tmp_path / "b.tfrecords", range(16), shape=(8, 8, 3))
+    assert main(["bench", path, "--compare", "none", "--quiet", *bad]) == 2
+    err = capsys.readouterr().err
+    assert bad[0] in err or "/nonexistent/dir" in err, err
+
+
+@pytest.mark.parametrize("content", [b"", b"not records at all", None])
+def test_bench_on_bad_files_exits_non_zero(tmp_path, capsys, content):
+    """Empty, non-TFRecord and non-Example files are errors, not "best: no configuration ran"."""
+    path = tmp_path / "f.tfrecords"
+    if content is None:
+        with tf.io.TFRecordWriter(str(path)) as w:
+            w.write(b"\xff\xfe not an Example")
+    else:
+        path.write_bytes(content)
+    assert main(["bench", str(path), "--compare", "none", "--quiet"]) in (1, 2)
+    assert str(path) in capsys.readouterr().err
 
 
 def test_bench_ctrl_c_prints_finished_rows_and_exits_130(tmp_path):

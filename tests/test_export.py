@@ -32,7 +32,8 @@ def test_round_trip_png_export_keeps_the_pixels(tmp_path, made):
     """folder -> TFRecord -> png export gives exactly the pixels stored in the records."""
     report = qk.export_images(made.outputs, tmp_path / "out", format="png", progress=False)
     assert report.count == made.written
-    assert sorted(os.listdir(tmp_path / "out")) == ["bird", "dog", "猫"]
+    assert sorted(os.listdir(tmp_path / "out")) == [".queuekit-export.json", "bird",
+                                                    "classes.json", "dog", "猫"]
     seed_view = seed_read_all(made.outputs[0])  # the seed's own reader
     for i, (pixels, label) in enumerate(seed_view):
         name = made.class_names[label]
@@ -110,7 +111,8 @@ def test_export_of_corrupt_file_keeps_what_came_before(tmp_path, made):
     err = info.value
     assert (err.path, err.index, err.offset) == (path, 5, offsets[5])
     assert f"record 5 at byte offset {offsets[5]}" in str(err)
-    exported = [f for _, _, fs in os.walk(tmp_path / "out") for f in fs]
+    exported = [f for _, _, fs in os.walk(tmp_path / "out") for f in fs
+                if f.endswith(".jpg")]
     assert sorted(exported) == sorted(f"{i}.jpg" for i in range(5))
 
 
@@ -154,3 +156,66 @@ def test_cli_strict_exits_1(tmp_path, capsys):
     assert main(args + ["--strict"]) == 1
     assert "broken.jpg" in capsys.readouterr().err
     assert main(args) == 0
+
+
+def _labelled(path, labels):
+    """Records of 2x2 images whose label_text values are ``labels``."""
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for i, text in enumerate(labels):
+            w.write(make_example(bytes([i]) * 12, label=labels.index(text), height=2, width=2,
+                                 label_text=text))
+    return str(path)
+
+
+def test_export_refuses_a_non_empty_folder_and_overwrite_replaces_only_its_own(tmp_path):
+    """A second export needs --overwrite, which removes the first's images; others are refused."""
+    first = _labelled(tmp_path / "a.tfrecords", ["x"] * 4)
+    second = _labelled(tmp_path / "b.tfrecords", ["y"] * 2)
+    out = tmp_path / "out"
+    qk.export_images(first, out, progress=False)
+    with pytest.raises(qk.OutputExistsError, match="not empty"):
+        qk.export_images(second, out, progress=False)
+    qk.export_images(second, out, overwrite=True, progress=False)
+    images = sorted(str(p.relative_to(out)) for p in out.rglob("*.jpg"))
+    assert images == ["y/0.jpg", "y/1.jpg"]
+    (out / "mine.txt").write_text("the user's own file")
+    with pytest.raises(qk.OutputExistsError, match="mine.txt"):
+        qk.export_images(first, out, overwrite=True, progress=False)
+    assert (out / "mine.txt").exists() and (out / "y" / "0.jpg").exists()
+
+
+def test_export_folder_names_are_distinct_short_enough_and_mapped(tmp_path):
+    """a/b and a_b get distinct folders; a 300-character label fits; classes.json maps back."""
+    labels = ["a/b", "a_b", "L" * 300, "new\nline"]
+    path = _labelled(tmp_path / "l.tfrecords", labels)
+    report = qk.export_images(path, tmp_path / "out", progress=False)
+    assert report.count == 4 and len(report.per_label) == 4
+    mapping = json.loads((tmp_path / "out" / "classes.json").read_text())
+    assert sorted(v["label_text"] for v in mapping.values()) == sorted(labels)
+    assert all(len(name.encode()) <= 255 and "/" not in name for name in mapping)
+    for folder, v in mapping.items():
+        assert os.listdir(tmp_path / "out" / folder) == [f"{v['label']}.jpg"]  # record i = label i
+
+
+def test_inspect_fails_on_non_examples_and_escapes_control_characters(tmp_path, capsys):
+    """inspect exits 1 for records that are not Examples; labels print without raw escapes."""
+    junk = tmp_path / "junk.tfrecords"
+    with tf.io.TFRecordWriter(str(junk)) as w:
+        w.write(b"\xff\xfe not a protobuf")
+    assert main(["inspect", str(junk)]) == 1
+    assert "NOT EXAMPLES: 1" in capsys.readouterr().out
+    evil = _labelled(tmp_path / "e.tfrecords", ["\x1b[31mred"])
+    assert main(["inspect", evil]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\\x1b[31mred" in out
+
+
+def test_export_of_a_negative_shape_is_a_bad_record_exit_1(tmp_path, capsys):
+    """A record declaring a negative height is a named error with exit code 1, not a traceback."""
+    bad = tmp_path / "neg.tfrecords"
+    with tf.io.TFRecordWriter(str(bad)) as w:
+        w.write(make_example(b"\0" * 12, label=0, height=-2, width=2))
+    assert main(["export", str(bad), str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "neg.tfrecords: record 0" in err and "invalid image shape" in err
+    assert "Traceback" not in err

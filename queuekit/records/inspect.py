@@ -14,6 +14,20 @@ from queuekit.records.files import expand_files
 from queuekit.records.tfrecord import Corruption, scan_records
 
 
+_NOT_EXAMPLE = "not a tf.train.Example"
+
+
+def printable(text: str) -> str:
+    """``text`` with control and undecodable characters escaped, safe for a terminal."""
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def _escape(c: str) -> str:
+    if 0xDC80 <= ord(c) <= 0xDCFF:  # a byte that was not UTF-8 (surrogateescape)
+        return f"\\x{ord(c) - 0xDC00:02x}"
+    return c.encode("unicode_escape").decode("ascii")
+
+
 @dataclasses.dataclass
 class FileReport:
     path: str
@@ -30,6 +44,12 @@ class InspectReport:
     features: dict[str, dict]  # name -> {"type": ..., "lengths": [...], "count": n}
     shapes: dict[str, int]  # "HxWxC format" -> records
     labels: dict[str, int]  # label (and label_text) -> records
+    not_examples: int = 0  # records that are not a tf.train.Example
+
+    @property
+    def bad(self) -> bool:
+        """Corrupt records, or records that are not Examples: ``inspect`` exits 1."""
+        return bool(self.corrupt) or self.not_examples > 0
 
     @property
     def records(self) -> int:
@@ -46,7 +66,8 @@ class InspectReport:
                        "corrupt": [dataclasses.asdict(c) for c in f.corrupt]}
                       for f in self.files],
             "features": self.features, "shapes": self.shapes, "labels": self.labels,
-        }, indent=2, ensure_ascii=False)
+            "not_examples": self.not_examples,
+        }, indent=2, ensure_ascii=True)
 
     def __str__(self) -> str:
         lines = [f"{f.path}: {f.records} records, {f.bytes:,} bytes"
@@ -55,7 +76,11 @@ class InspectReport:
             f"{n} ({d['type']}{'' if d['lengths'] == [1] else ' x' + str(d['lengths'])})"
             for n, d in sorted(self.features.items())))
         lines.append("images: " + ", ".join(f"{k}: {v}" for k, v in sorted(self.shapes.items())))
-        lines.append("labels: " + ", ".join(f"{k}: {v}" for k, v in sorted(self.labels.items())))
+        lines.append("labels: " + ", ".join(f"{printable(k)}: {v}"
+                                            for k, v in sorted(self.labels.items())))
+        if self.not_examples:
+            lines.append(f"NOT EXAMPLES: {self.not_examples} record(s) are not a "
+                         f"tf.train.Example")
         for path, c in self.corrupt:
             lines.append(f"CORRUPT {path}: record {c.index} at byte offset {c.offset}: {c.reason}")
         lines.append(f"{self.records} records in {len(self.files)} file(s), "
@@ -81,14 +106,15 @@ def inspect_tfrecords(paths) -> InspectReport:
         reports.append(FileReport(path, n, os.path.getsize(path), bad))
     for d in features.values():
         d["lengths"] = sorted(d["lengths"])
-    return InspectReport(reports, features, dict(shapes), dict(labels))
+    return InspectReport(reports, features, dict(shapes), dict(labels),
+                         shapes.get(_NOT_EXAMPLE, 0))
 
 
 def _tally(data, features, shapes, labels) -> None:
     try:
         example = tf.train.Example.FromString(data)
     except Exception:  # noqa: BLE001 - not an Example: count it as such
-        shapes["not a tf.train.Example"] += 1
+        shapes[_NOT_EXAMPLE] += 1
         return
     feats = example.features.feature
     for name, feature in feats.items():

@@ -1,0 +1,71 @@
+"""Argument types of the CLI: each says what it expected and what it got."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+
+
+def size(text: str) -> tuple[int, int]:
+    try:
+        parts = [int(p) for p in text.lower().split("x")]
+    except ValueError:
+        parts = []
+    if len(parts) == 1:
+        parts *= 2
+    if len(parts) != 2 or min(parts) < 1:
+        raise argparse.ArgumentTypeError(f"expected N or HEIGHTxWIDTH, got {text!r}")
+    return parts[0], parts[1]
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def ints(text: str, minimum: int = 1) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < minimum:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers of at least {minimum}, got {text!r}")
+    return values
+
+
+def non_negative(text: str) -> int:
+    return ints(text, 0)[0] if "," not in text else ints("x")[0]
+
+
+def counts_from_zero(text: str) -> list[int]:
+    return ints(text, 0)
+
+
+def number(minimum: float, *, strict: bool):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < minimum or (strict and value == minimum):
+            bound = f"over {minimum:g}" if strict else f"at least {minimum:g}"
+            raise argparse.ArgumentTypeError(f"expected a number {bound}, got {text!r}")
+        return value
+    return parse
+
+
+def check_writable(path: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise IsADirectoryError(21, "is a folder, not a file", path)
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(2, "folder does not exist", folder)
+    if not os.access(folder, os.W_OK):
+        raise PermissionError(13, "folder is not writable", folder)
