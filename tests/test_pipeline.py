@@ -258,3 +258,20 @@ def test_a_record_that_is_not_an_example_is_a_dataset_error(tmp_path):
         w.write(b"\xff\xff\xff not a protobuf")
     with tf.Graph().as_default(), pytest.raises(qk.DatasetError, match="not a tf.train.Example"):
         qk.tfrecord_batches(path, batch_size=2)
+
+
+def test_image_folder_batches_names_an_image_that_fails_to_decode(tmp_path):
+    """A JPEG with a valid header but broken data: the runner's error names the file."""
+    d = tmp_path / "src" / "a"
+    d.mkdir(parents=True)
+    for i in range(3):
+        Image.fromarray(rgb(16, 16, seed=i)).save(d / f"{i}.jpg")
+    good = (d / "0.jpg").read_bytes()
+    broken = d / "1.jpg"
+    broken.write_bytes(good[:200] + bytes(len(good) - 200))  # header intact, data zeroed
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+        with qk.QueueSession() as qs:
+            for _ in qs.iterate(qk.image_folder_batches(tmp_path / "src", image_size=8,
+                                                        batch_size=1, num_epochs=1)):
+                pass
+    assert f"the image that failed to decode is {broken}" in " ".join(info.value.__notes__)

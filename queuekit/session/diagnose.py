@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 
 import tensorflow as tf
 
@@ -89,6 +90,62 @@ def corrupt_file_note(graph: tf.Graph, op: tf.Operation, error: tf.errors.OpErro
         return "queuekit: the corrupt record is in " + "; or ".join(found)
     shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
     return f"queuekit: the reader was reading one of: {shown} (`queuekit inspect` finds which)"
+
+
+_DECODE = re.compile(r"decode|jpeg|png|gif|bmp|image", re.IGNORECASE)
+_DECODE_BUDGET_SECS = 20.0  # spent at most on finding the undecodable image
+
+
+def upstream_files(graph: tf.Graph, ops) -> list[str]:
+    """Existing files named by string constants anywhere upstream of ``ops`` (through runners)."""
+    feeding: dict[str, list] = {}
+    for qr in graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS):
+        feeding.setdefault(qr.queue.queue_ref.op.name, []).append(qr)
+    files: list[str] = []
+    seen: set[str] = set()
+    todo = list(ops)
+    while todo:
+        reached = ancestors(todo)
+        todo = []
+        for op in reached:
+            if op.name in seen:
+                continue
+            seen.add(op.name)
+            if op.type == "Const" and op.get_attr("dtype") == tf.string:
+                values = tf.make_ndarray(op.get_attr("value")).reshape(-1)
+                files.extend(os.fsdecode(v) for v in values[:_MAX_FILES * 10])
+            for qr in feeding.get(op.name, ()):
+                todo.extend(qr.enqueue_ops)
+    return [f for f in dict.fromkeys(files) if os.path.isfile(f)]
+
+
+def image_file_note(graph: tf.Graph, op: tf.Operation, error: tf.errors.OpError) -> str | None:
+    """A note naming the image file a decode error came from (TF's message names none).
+
+    The candidates are the files upstream of ``op`` (``image_folder_batches``'
+    path list, or a hand-built one); each is decoded with TensorFlow's own
+    decoder until one fails, within a time budget.
+    """
+    message = error.message or ""
+    if not _DECODE.search(message) or "not a JPEG, PNG" in message:
+        return None  # not a decode error, or one that names its file already
+    if not tf.executing_eagerly():
+        return None  # eager is off in this program: checking would only build ops
+    try:
+        files = upstream_files(graph, [op])
+    except Exception:  # noqa: BLE001 - a diagnosis must never hide the error itself
+        log.debug("could not list the upstream files", exc_info=True)
+        return None
+    deadline = time.monotonic() + _DECODE_BUDGET_SECS
+    for path in files:
+        if time.monotonic() > deadline:
+            return f"queuekit: no undecodable image among the first files checked of {len(files)}"
+        try:
+            tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
+        except tf.errors.OpError as e:
+            reason = ((e.message or "").strip().splitlines() or [""])[0]
+            return f"queuekit: the image that failed to decode is {path} ({reason})"
+    return None
 
 
 def empty_files(graph: tf.Graph, ops) -> list[str]:

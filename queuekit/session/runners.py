@@ -17,7 +17,7 @@ import time
 
 import tensorflow as tf
 
-from queuekit.session.diagnose import corrupt_file_note
+from queuekit.session.diagnose import corrupt_file_note, image_file_note
 from queuekit.session.queue_ops import GraphQueueOps
 from queuekit.session.reads import queues_read
 
@@ -138,6 +138,8 @@ class RunnerSet:
         note = None
         if isinstance(exc, tf.errors.DataLossError) and self.failure is None:
             note = corrupt_file_note(enqueue_op.graph, enqueue_op, exc)
+        elif isinstance(exc, tf.errors.InvalidArgumentError) and self.failure is None:
+            note = image_file_note(enqueue_op.graph, enqueue_op, exc)
         with self._lock:
             first = self.failure is None
             if first:
