@@ -9,6 +9,7 @@ writing; a cold read adds the disk's seek time per large record), median of
 """
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -51,8 +52,8 @@ def main():
         for record_bytes in (196_608, 1_024):
             path = os.path.join(tmp, f"r{record_bytes}.tfrecords")
             size = write(path, record_bytes, int(args.gb * 1e9))
-            check = timed(lambda: check_framing(path), args.repeat)
-            read = timed(lambda: read_all(path), args.repeat)
+            check = timed(functools.partial(check_framing, path), args.repeat)
+            read = timed(functools.partial(read_all, path), args.repeat)
             records = size // (record_bytes + 16)
             print(f"{record_bytes:>8,} B records: {records:>9,} records, {size / 1e9:.2f} GB: "
                   f"check {check:.3f} s ({check / size * 1e9:.3f} s/GB), "

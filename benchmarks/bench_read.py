@@ -26,7 +26,7 @@ from queuekit.demo import generate_images  # noqa: E402
 def merge(reports):
     """One report whose rows hold the median over rounds (failed rounds left out)."""
     rows = []
-    for same in zip(*(r.rows for r in reports)):
+    for same in zip(*(r.rows for r in reports), strict=True):
         ok = [r for r in same if r.records_per_s]
         if not ok:
             rows.append(same[0])

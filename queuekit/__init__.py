@@ -9,8 +9,23 @@ TensorFlow, and the CLI can quiet TensorFlow's start-up log before it loads.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 from queuekit.version import __version__
+
+
+def _has_tensorflow() -> bool:
+    try:
+        return importlib.util.find_spec("tensorflow") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+if not _has_tensorflow():
+    raise ImportError(
+        "queuekit needs TensorFlow 2 and none is installed: pip install 'queuekit[cpu]' "
+        "(tensorflow-cpu) or 'queuekit[gpu]' (tensorflow with CUDA), or install the "
+        "TensorFlow distribution of your choice first")
 
 # name -> the module that defines it
 _WHERE = {

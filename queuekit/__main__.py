@@ -2,4 +2,5 @@ import sys
 
 from queuekit.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # also imported as __mp_main__ by worker processes
+    sys.exit(main())

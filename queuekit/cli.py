@@ -68,11 +68,21 @@ def _run_make(args) -> int:
     report = write_tfrecords(folder, args.output, image_size=args.size,
                                 encoding=args.encoding, shards=args.shards,
                                 workers=args.workers, overwrite=args.overwrite,
+                                start_method=_start_method(),
                                 strict=args.strict, progress=_progress(args))
     for path in report.outputs:
         print(path)
     print(report, file=sys.stderr)
     return 0
+
+
+def _start_method() -> str | None:
+    # This program's main module imports no TensorFlow, so forkserver workers start
+    # cheaply; QUEUEKIT_START_METHOD=fork is the way to compare (bench_make.py --cli).
+    import multiprocessing
+
+    default = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else None
+    return os.environ.get("QUEUEKIT_START_METHOD", default)
 
 
 def add_export_parser(sub) -> None:

@@ -84,7 +84,8 @@ def run_demo(workdir: str = "queuekit-demo", images: int = 600, *, bench: bool =
     with QueueSession() as qs:
         batch = tfrecord_batches(made.outputs, batch_size=32, num_epochs=1, shuffle=True,
                                     seed=0, num_readers=2)
-        seen, batches = [], 0
+        seen: list[str] = []
+        batches = 0
         for b in qs.iterate(batch):
             seen.extend(f.decode("utf-8") for f in b["filename"])
             batches += 1

@@ -25,6 +25,18 @@ __all__ = [
 ]
 
 
+def add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)``; on Python 3.10, which has no notes, kept in ``__notes__``."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    else:  # pragma: no cover - Python 3.10
+        notes = getattr(exc, "__notes__", None)
+        if notes is None:
+            notes = []
+            exc.__notes__ = notes  # type: ignore[attr-defined]
+        notes.append(note)
+
+
 class QueuekitError(Exception):
     """Base class of every queuekit error."""
 

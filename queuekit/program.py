@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
 
 
@@ -46,9 +47,34 @@ def quiet_tensorflow(verbose: bool):
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"  # read once, when TensorFlow loads
     if not verbose:
         tf_logger.setLevel(logging.ERROR)
+    if set_env:
+        _import_tensorflow_silently()
     try:
         yield
     finally:
         tf_logger.setLevel(level)
         if set_env:
             os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
+
+
+def _import_tensorflow_silently() -> None:
+    """Import TensorFlow with the C-level stderr closed for the moment it takes.
+
+    Its start-up lines (oneDNN, cpu_feature_guard, "All log messages before
+    absl::InitializeLog()") are written before TF_CPP_MIN_LOG_LEVEL is read.
+    An import error is raised with stderr restored, so it is seen.
+    """
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no real stderr (embedded, captured): nothing to hide
+        import tensorflow  # noqa: F401
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 2)
+        import tensorflow  # noqa: F401
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)

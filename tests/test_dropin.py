@@ -91,7 +91,7 @@ def test_default_graph_is_used_when_the_program_built_one(files):
 
 
 def test_ten_sessions_on_one_graph_add_no_ops(tmp_path, files):
-    """An eval loop opening a session per checkpoint leaves the op count unchanged after the first."""
+    """An eval loop opening a session per checkpoint leaves the op count unchanged."""
     _, path = _checkpoint(tmp_path, files)
     with tf.Graph().as_default() as g:
         w, _, ids, _ = _model(files)
@@ -128,7 +128,7 @@ def test_monitored_training_session_resumes_from_its_checkpoints(tmp_path, files
 
 
 def _train_and_list(make_session, train_dir, files):
-    """Train to step 7 saving every 3 steps, summaries every 2: (checkpoint steps, summary steps)."""
+    """Train to step 7, checkpoints every 3 steps, summaries every 2: the steps of each."""
     with tf.Graph().as_default():
         _, _, ids, op = _model(files)
         v1.summary.scalar("batch_mean", tf.reduce_mean(tf.cast(ids, tf.float32)))
@@ -157,7 +157,7 @@ def test_checkpoints_and_summaries_as_monitored_training_session_writes_them(tmp
 
 
 def test_monitored_training_session_keeps_queuekits_guarantees(tmp_path, files):
-    """Under monitored_training_session: every record once, then a clean end; runner errors raise."""
+    """Under monitored_training_session: every record once, a clean end; runner errors raise."""
     with tf.Graph().as_default():
         ids = id_reader_batch(files, batch_size=6)
         with qk.monitored_training_session() as sess:
@@ -223,7 +223,7 @@ print(json.dumps(out))
 
 
 def test_a_non_chief_waits_for_the_chief_and_skips_chief_only_hooks():
-    """On one server, a non-chief sees the chief's global step; chief_only_hooks run on the chief."""
+    """On one server a non-chief sees the chief's global step; chief_only_hooks run on the chief."""
     child = run_script(_CHIEF_AND_WORKER)
     out, err = child.communicate(timeout=90)
     assert child.returncode == 0, err[-3000:]

@@ -8,11 +8,10 @@ import pytest
 from PIL import Image
 
 import queuekit as qk
-from queuekit.records import images
-from queuekit.records.files import expand_files
+from queuekit.records import images, writer
 from queuekit.records.example import decode_example
+from queuekit.records.files import expand_files
 from queuekit.records.tfrecord import Record, scan_records
-from queuekit.records import writer
 from queuekit.records.workers import copy_bytes
 from tests.imagefactory import bad_files, exif_rotated_jpeg, make_mixed_folder, rgb
 
@@ -210,7 +209,7 @@ def test_jpeg_draft_decode_matches_a_full_decode(tmp_path):
 
 
 def test_hand_encoded_example_parses_as_protobufs_own():
-    """The wire-format encoder gives the Example protobuf builds: ints (negative, large) and bytes."""
+    """The wire-format encoder gives protobuf's own Example: ints (negative, large), bytes."""
     import tensorflow as tf
 
     from queuekit.records.example import encode_example
@@ -256,3 +255,27 @@ def test_chunk_append_falls_back_to_read_and_write(tmp_path, monkeypatch, kernel
         os.close(src)
         os.close(dst)
     assert (tmp_path / "dst").read_bytes() == data
+
+
+def test_the_worker_module_imports_no_tensorflow():
+    """make's workers (forkserver, spawn) import Pillow, numpy and the encoder, never TensorFlow."""
+    import subprocess
+    import sys
+
+    code = "import sys, queuekit.records.workers; print('tensorflow' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_forkserver_workers_write_the_same_bytes_as_fork(tmp_path):
+    """The start method does not change the output, byte for byte."""
+    make_mixed_folder(tmp_path / "src")
+    outs = {}
+    for method in ("fork", "forkserver"):
+        report = qk.write_tfrecords(tmp_path / "src", tmp_path / f"{method}.tfrecords",
+                                    image_size=16, workers=2, start_method=method,
+                                    progress=False)
+        outs[method] = open(report.outputs[0], "rb").read()
+    assert outs["fork"] == outs["forkserver"]
+    assert multiprocessing.active_children() == []

@@ -27,16 +27,21 @@ def _photos(root, n, size=400):
 
 
 def _children(pid):
-    """Pids whose parent is ``pid`` (from /proc)."""
-    out = []
+    """Every live descendant of ``pid`` (from /proc): workers, fork server, resource tracker."""
+    parents = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 stat = open(f"/proc/{entry}/stat").read()
             except OSError:
                 continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(entry))
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    out, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        kids = [p for p, pp in parents.items() if pp == parent]
+        out += kids
+        todo += kids
     return out
 
 
@@ -65,7 +70,7 @@ def _wait_for_workers(proc, out_dir):
         spool = [e for e in os.listdir(out_dir) if e.startswith(".queuekit-make-")] if \
             os.path.isdir(out_dir) else []
         workers = _children(proc.pid)
-        if spool and len(workers) >= 2:
+        if spool and len(workers) >= 4:  # 2 workers, the fork server, the resource tracker
             return workers
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.02)

@@ -54,3 +54,35 @@ def test_ci_runs_the_readme_test_command():
     command = next(line.strip() for line in readme.splitlines() if "pytest" in line
                    and "venv" in line)
     assert command in ci
+
+
+def test_tensorflow_is_an_extra_not_a_requirement():
+    """Installing queuekit beside the user's own TensorFlow adds no second TensorFlow."""
+    requires = importlib.metadata.requires("queuekit") or []
+    tf_reqs = [r for r in requires if r.lower().startswith("tensorflow")]
+    assert tf_reqs and all("extra ==" in r for r in tf_reqs), tf_reqs
+    extras = {r.split("extra ==")[1].strip(" '\"") for r in tf_reqs}
+    assert extras == {"cpu", "gpu"}
+
+
+def test_without_tensorflow_import_names_the_extra():
+    """With no TensorFlow importable, `import queuekit` says which extra to install."""
+    code = ("import sys\n"
+            "class Block:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'tensorflow' or name.startswith('tensorflow.'):\n"
+            "            raise ModuleNotFoundError(name)\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "import queuekit\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 1
+    assert "pip install 'queuekit[cpu]'" in out.stderr and "queuekit[gpu]" in out.stderr
+
+
+def test_version_does_not_load_tensorflow():
+    """`queuekit --version` answers without importing TensorFlow."""
+    code = ("import sys; from queuekit.cli import main; main(['--version']); "
+            "print('tensorflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.split()[-1] == "False"

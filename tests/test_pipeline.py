@@ -44,7 +44,7 @@ GRID = list(itertools.product([1, 3], [1, 2], [None, 16], [False, True]))
 
 @pytest.mark.parametrize("readers,threads,read_many,shuffle", GRID)
 def test_each_record_exactly_once(id_files, readers, threads, read_many, shuffle):
-    """num_epochs=1 delivers each of 148 records once, for every readers/threads/read_many/shuffle."""
+    """num_epochs=1 delivers each of 148 records once, whatever the readers, threads, shuffle."""
     with qk.QueueSession() as qs:
         b = qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1, num_readers=readers,
                                 num_threads=threads, read_many=read_many, shuffle=shuffle,

@@ -384,7 +384,7 @@ def test_stall_on_an_unfed_queue_while_the_runner_queue_is_full():
 
 
 def test_corrupt_record_names_its_file_in_a_hand_built_pipeline(tmp_path):
-    """A DataLossError from a hand-built reader pipeline carries the file, record index and offset."""
+    """A DataLossError from a hand-built reader pipeline names the file, record index, offset."""
     files = [write_id_records(tmp_path / f"{k}.tfrecords", 30, start=30 * k) for k in range(3)]
     _corrupt(files[1], os.path.getsize(files[1]) // 2)
     with pytest.raises(tf.errors.DataLossError) as info:

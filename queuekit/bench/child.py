@@ -1,4 +1,7 @@
-"""One benchmark configuration, measured in its own process: ``python -m queuekit.bench.child SPEC``."""
+"""One benchmark configuration, measured in its own process.
+
+    python -m queuekit.bench.child SPEC_JSON
+"""
 
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ class BenchReport:
     @property
     def best(self) -> BenchRow | None:
         ok = [r for r in self.rows if r.kind == "queuekit" and r.records_per_s]
-        return max(ok, key=lambda r: r.records_per_s) if ok else None
+        return max(ok, key=lambda r: r.records_per_s or 0.0) if ok else None
 
     def reference(self, kind: str) -> BenchRow | None:
         return next((r for r in self.rows if r.kind == kind and r.records_per_s), None)
@@ -52,7 +52,7 @@ class BenchReport:
         best = self.best
         if best is None:
             return "best: no configuration ran"
-        ratios = [f"{best.records_per_s / ref.records_per_s:.2f}x {kind}"
+        ratios = [f"{(best.records_per_s or 0.0) / (ref.records_per_s or 1.0):.2f}x {kind}"
                   for kind in ("tf.data", "seed-style") if (ref := self.reference(kind))]
         extra = f"  ({', '.join(ratios)})" if ratios else ""
         return f"best: {best.label}  {best.records_per_s:,.0f} rec/s{extra}"
@@ -72,10 +72,11 @@ class BenchReport:
         widths = [max(len(c[i]) if i < len(c) else 0 for _, c in lines + [("", head)])
                   for i in range(len(head))]
         out = ["  " + "  ".join(h.rjust(w) if i else h.ljust(w)
-                                for i, (h, w) in enumerate(zip(head, widths)))]
+                                for i, (h, w) in enumerate(zip(head, widths, strict=True)))]
         for mark, cells in lines:
-            out.append(mark + "  ".join(c.rjust(w) if i else c.ljust(w)
-                                        for i, (c, w) in enumerate(zip(cells, widths))))
+            # A failed row has two cells: zip stops there.
+            pairs = enumerate(zip(cells, widths, strict=False))
+            out.append(mark + "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in pairs))
         tail = [self.summary()]
         if self.interrupted:
             tail.append(f"interrupted: {len(self.rows)} of {self.planned} configurations ran")
@@ -107,7 +108,7 @@ class BenchReport:
             if r.kind == "queuekit" and r.records_per_s:
                 lines.setdefault((r.threads, r.read_many or 0), []).append(r)
         for (threads, many), rows in sorted(lines.items()):
-            rows.sort(key=lambda r: r.readers)
+            rows.sort(key=lambda r: r.readers or 0)
             readers = [r.readers for r in rows]
             label = f"threads={threads} read-many={many}"
             drawn = speed.plot(readers, [r.records_per_s for r in rows], "o-", label=label)
@@ -126,7 +127,7 @@ class BenchReport:
         fill.set_ylabel("queue fill")
         fill.set_ylim(-0.05, 1.05)
         fill.set_xlabel("readers")
-        fill.set_xticks(sorted({r.readers for rows in lines.values() for r in rows}))
+        fill.set_xticks(sorted({r.readers or 0 for rows in lines.values() for r in rows}))
         fig.savefig(os.fspath(path), dpi=100)
 
 

@@ -10,6 +10,7 @@ declared shape.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 
 import tensorflow as tf
@@ -60,9 +61,7 @@ def record_layout(files, image_shape=None) -> RecordLayout:
                 feats = tf.train.Example.FromString(item.data).features.feature
             except Exception as e:  # noqa: BLE001 - protobuf's DecodeError, and others
                 raise DatasetError(f"{path}: record 0 is not a tf.train.Example ({e})") from e
-
-            def one(name, default):
-                return first_value(feats, name, default)
+            one = functools.partial(first_value, feats)
 
             if "img_raw" not in feats:
                 raise DatasetError(f"{path}: record 0 has no 'img_raw' feature "
@@ -73,7 +72,7 @@ def record_layout(files, image_shape=None) -> RecordLayout:
                 shape = tuple(image_shape or SEED_SHAPE)  # a seed file: label + img_raw only
             fmt = one("format", b"raw").decode()
             extras = tuple(n for n in _EXTRA_STRING_FEATURES if n in feats)
-            return RecordLayout(shape, fmt, extras)  # type: ignore[arg-type]
+            return RecordLayout(shape, fmt, extras)
     hints = [f"{p} looks {what}" for p in files if (what := what_it_is(p))]
     raise DatasetError(f"no records in {', '.join(files)}"
                        + (f" ({'; '.join(hints)})" if hints else ""))

@@ -1,1 +1,1 @@
-"""Files on disk: TFRecord framing, the record format, images, folders, the writer, export and inspect."""
+"""Files on disk: TFRecord framing, records, images, folders, the writer, export, inspect."""

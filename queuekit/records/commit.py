@@ -71,7 +71,7 @@ def _alive(pid: int) -> bool:
 
 def remove_stale(folder: str, names) -> list[str]:
     """Remove temp and spool files that a dead queuekit run left for ``names`` in ``folder``."""
-    removed = []
+    removed: list[str] = []
     names = set(names)
     try:
         entries = list(os.scandir(folder))

@@ -56,7 +56,7 @@ def load_rgb_image(path: str, size: tuple[int, int], *,
                 if rgb.size != (width, height):
                     # reducing_gap: a box reduction first, then bicubic; visually the same
                     # as a full bicubic (tested), several times faster on large inputs.
-                    rgb = rgb.resize((width, height), Image.BICUBIC, reducing_gap=3.0)
+                    rgb = rgb.resize((width, height), Image.Resampling.BICUBIC, reducing_gap=3.0)
                 return rgb
         except ValueError:
             raise

@@ -1,4 +1,4 @@
-"""A report on TFRecord files (``queuekit inspect``): records, features, shapes, labels, corruption."""
+"""A report on TFRecord files (``queuekit inspect``): records, features, labels, corruption."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import tensorflow as tf
 from queuekit.records.example import feature_value, first_value
 from queuekit.records.files import expand_files
 from queuekit.records.tfrecord import Corruption, scan_records
-
 
 _NOT_EXAMPLE = "not a tf.train.Example"
 

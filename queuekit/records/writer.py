@@ -71,7 +71,8 @@ def labels_path(output: str) -> str:
 
 def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str = "raw",
                     shards: int = 1, workers: int | None = None, overwrite: bool = False,
-                    strict: bool = False, progress: bool = True) -> WriteReport:
+                    strict: bool = False, progress: bool = True,
+                    start_method: str | None = None) -> WriteReport:
     """Write the images of a class-per-folder tree to TFRecord file(s).
 
     Args:
@@ -86,6 +87,11 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str = "r
         overwrite: replace existing outputs instead of refusing.
         strict: make the first unreadable image an error instead of a skip.
         progress: show a tqdm bar.
+        start_method: how worker processes start (``fork``, ``forkserver``,
+            ``spawn``); None is fork where there is one. ``queuekit make`` uses
+            forkserver, which never forks a process running TensorFlow's
+            threads; a script that imports TensorFlow pays that import again
+            in every forkserver or spawn worker (see ``records.workers``).
 
     Output is written to temporary files in the same folder and committed as
     one unit when complete (:mod:`queuekit.records.commit`): the shards, then
@@ -138,11 +144,12 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str = "r
         spool = tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-", dir=out_dir)
         bar = tqdm(total=len(tasks), unit="img", desc="make", disable=not progress,
                    file=sys.stderr)
-        with bar, encoded_chunks(tasks, workers, spool) as chunks:
+        with bar, encoded_chunks(tasks, workers, spool, start_method) as chunks:
             for part, chunk_path, results in chunks:
                 src = os.open(chunk_path, os.O_RDONLY)
                 try:
-                    for (path, _, _, _, class_name, _), (length, reason) in zip(part, results):
+                    done = zip(part, results, strict=True)
+                    for (path, _, _, _, class_name, _), (length, reason) in done:
                         bar.update()
                         if length is None:
                             if strict:
@@ -170,7 +177,7 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str = "r
             f.write(manifest_text(shards=finals[:shards], records=per_shard,
                                   labels=finals[shards], classes=list(folder.class_names),
                                   image_size=(height, width), encoding=encoding))
-        commit(list(zip(temps, finals)), previous)  # the manifest last
+        commit(list(zip(temps, finals, strict=True)), previous)  # the manifest last
         temps = []
     finally:
         for fd in files:

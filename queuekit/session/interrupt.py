@@ -138,7 +138,8 @@ class _Router:
         if self._thread is None:
             return
         try:
-            self._sockets[1].send(_STOP)
+            if self._sockets is not None:
+                self._sockets[1].send(_STOP)
         except OSError:
             pass
         self._thread.join(timeout=5)

@@ -29,7 +29,7 @@ except ImportError:  # pragma: no cover - a TF without the private module
 WORKER_RECOVERY_WAIT_SECS = 0.5
 
 
-class WorkerSessionCreator(_v1.train.SessionCreator):
+class WorkerSessionCreator(tf.compat.v1.train.SessionCreator):
     """TF's ``WorkerSessionCreator``, checking for the chief every ``recovery_wait_secs``.
 
     TF's own waits 30 s between checks, so a worker that starts a moment
@@ -104,7 +104,7 @@ def monitored_training_session(
         config = default_config(graph, master)
     all_hooks: list[Any] = []
     if not is_chief:
-        creator: _v1.train.SessionCreator = WorkerSessionCreator(
+        creator: Any = WorkerSessionCreator(
             scaffold=scaffold, master=master, config=config, max_wait_secs=max_wait_secs,
             recovery_wait_secs=recovery_wait_secs)
     else:

@@ -21,7 +21,7 @@ from queuekit.session.threads import SessionThreads
 try:  # what Saver.save checks: TF's own base of Session, stable since TF 1.0
     from tensorflow.python.client.session import SessionInterface
 except ImportError:  # pragma: no cover - a TF without the private module
-    SessionInterface = object  # type: ignore[misc,assignment]
+    SessionInterface = object
 
 DEFAULT_STOP_GRACE_SECS = 2.0
 DEFAULT_STALL_TIMEOUT_SECS = 60.0
@@ -119,11 +119,11 @@ class QueueSession(SessionInterface):
         self._grace = float(stop_grace_secs)
         self._stall_timeout = None if stall_timeout_secs is None else float(stall_timeout_secs)
         self._hooks = list(hooks)
-        self._sess: _v1.Session | None = None
+        self._sess: Any = None
         self._threads: SessionThreads | None = None
         self._init = Initializer(self._graph, checkpoint_dir)
         self._reads = ReadsCache(self._graph)
-        self._graph_ctx = None
+        self._graph_ctx: Any = None
         self._closed = False
         self._hook_stop = False  # a hook's run_context.request_stop()
         # Shared with the watchdog and the SIGINT router, which run in other threads.
@@ -136,8 +136,9 @@ class QueueSession(SessionInterface):
         if self._graph_ctx is not None:
             raise RuntimeError("this QueueSession is already entered; a nested `with` on it "
                                "would close it on the inner exit")
-        self._graph_ctx = self._graph.as_default()
-        self._graph_ctx.__enter__()
+        ctx = self._graph.as_default()
+        ctx.__enter__()
+        self._graph_ctx = ctx
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
@@ -166,7 +167,7 @@ class QueueSession(SessionInterface):
         return self._target
 
     @property
-    def session(self) -> _v1.Session:
+    def session(self) -> Any:
         """The underlying ``tf.compat.v1.Session``, created on first use.
 
         Runs made on it directly bypass the policy (no end-of-data, error or
@@ -184,7 +185,7 @@ class QueueSession(SessionInterface):
         return self._sess
 
     @property
-    def coordinator(self) -> _v1.train.Coordinator | None:
+    def coordinator(self) -> Any:
         """The Coordinator of the runner threads (None before the first run)."""
         return self._threads.coord if self._threads else None
 
@@ -207,7 +208,9 @@ class QueueSession(SessionInterface):
         self._ensure_started()
         # A tuple, because the Coordinator otherwise reads sys.exc_info(), which is
         # only right inside the except block that caught exc.
-        self._threads.coord.request_stop(None if exc is None else (type(exc), exc, exc.__traceback__))
+        info = None if exc is None else (type(exc), exc, exc.__traceback__)
+        assert self._threads is not None  # started just above
+        self._threads.coord.request_stop(info)
 
     def start(self) -> QueueSession:
         """Create (restore, initialise) the session and start the threads now; idempotent.
@@ -243,7 +246,7 @@ class QueueSession(SessionInterface):
     def partial_run_setup(self, fetches, feeds=None):
         """``Session.partial_run_setup`` on the underlying session (no policy)."""
         self._ensure_started()
-        return self._sess.partial_run_setup(fetches, feeds)
+        return self.session.partial_run_setup(fetches, feeds)
 
     def partial_run(self, handle, fetches, feed_dict=None):
         """``Session.partial_run`` with the run policy."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 
 class RunState:
@@ -20,9 +21,9 @@ class RunState:
         self.in_run = False
         self.run_started = 0.0
         self.reads: tuple[str, ...] = ()  # the queues the current run dequeues from
-        self.deferred: list = []  # (signum, frame) for the main thread to dispatch
+        self.deferred: list[tuple[int, Any]] = []  # (signum, frame) for the main thread to dispatch
         self.woken_by: int | None = None  # the signal that made us wake the run
-        self.stall = None  # a PipelineStalled left by the watchdog
+        self.stall: Any = None  # a PipelineStalled left by the watchdog
         self.closing = False  # shutdown is under way
 
     def enter_run(self, reads: tuple[str, ...] = ()) -> None:

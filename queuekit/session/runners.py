@@ -17,6 +17,7 @@ import time
 
 import tensorflow as tf
 
+from queuekit.errors import add_note
 from queuekit.session.diagnose import corrupt_file_note, image_file_note
 from queuekit.session.queue_ops import GraphQueueOps
 from queuekit.session.reads import queues_read
@@ -143,10 +144,10 @@ class RunnerSet:
         with self._lock:
             first = self.failure is None
             if first:
-                exc.add_note(f"queuekit: raised in runner thread {thread_name!r} "
+                add_note(exc, f"queuekit: raised in runner thread {thread_name!r} "
                              f"feeding queue {queue_name!r}")
                 if note:
-                    exc.add_note(note)
+                    add_note(exc, note)
                 self.failure = RunnerFailure(exc, thread_name, queue_name)
         if first:
             log.debug("runner %s failed: %r", thread_name, exc)
@@ -177,7 +178,7 @@ class RunnerSet:
                     self._live.get(r, 0) for r in self._consumers.get(h.name, ()))]
             try:
                 sizes = self._sess.run([h.size for h in drains], options=options)
-                for h, size in zip(drains, sizes):
+                for h, size in zip(drains, sizes, strict=True):
                     n = int(size) - h.min_after_dequeue  # a shuffle queue keeps min_after
                     if n <= 0:
                         continue
@@ -238,7 +239,7 @@ class RunnerSet:
             values = [(None, None)] * len(handles)
         return [QueueStat(h.name, None if size is None else int(size), h.capacity,
                           None if closed is None else bool(closed))
-                for h, (size, closed) in zip(handles, values)]
+                for h, (size, closed) in zip(handles, values, strict=True)]
 
 
 def _queue_name(qr) -> str:
