@@ -19,6 +19,7 @@ import secrets
 import shutil
 
 from queuekit.errors import DatasetError
+from queuekit.records.workers import pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -59,16 +60,6 @@ def check_output(output: str) -> str:
     return path
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's live process
-    return True
-
-
 def remove_stale(folder: str, names) -> list[str]:
     """Remove temp and spool files that a dead queuekit run left for ``names`` in ``folder``."""
     removed: list[str] = []
@@ -81,7 +72,7 @@ def remove_stale(folder: str, names) -> list[str]:
         ours = _OURS.match(entry.name)
         spool = _SPOOL.match(entry.name)
         match = ours if ours and ours.group("name") in names else spool
-        if match is None or int(match.group("pid")) == os.getpid() or _alive(
+        if match is None or int(match.group("pid")) == os.getpid() or pid_alive(
                 int(match.group("pid"))):
             continue
         if spool and entry.is_dir(follow_symlinks=False):

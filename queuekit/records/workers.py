@@ -71,13 +71,14 @@ def _die_with(program: int) -> None:
         fd = os.pidfd_open(program)
     except (AttributeError, OSError):
         fd = None
-    if fd is None and not _alive(program):
+    if fd is None and not pid_alive(program):
         os._exit(1)
     threading.Thread(target=_watch, args=(program, fd), daemon=True,
                      name="queuekit-parent-watch").start()
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True while process ``pid`` exists (also someone else's)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -91,7 +92,7 @@ def _watch(program: int, fd: int | None) -> None:
     if fd is not None:
         select.select([fd], [], [])  # readable once the process has exited
         os._exit(1)
-    while _alive(program):
+    while pid_alive(program):
         time.sleep(0.5)
     os._exit(1)
 

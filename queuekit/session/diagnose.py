@@ -25,18 +25,16 @@ _OFFSET = re.compile(r"(?:corrupted|truncated) record at (\d+)")
 _MAX_FILES = 10_000  # candidate files checked when naming a corrupt one
 
 
-def reader_files(graph: tf.Graph, ops) -> list[str]:
-    """The existing files that the readers upstream of ``ops`` can be given, in graph order.
-
-    The walk goes up through queues to the runners that feed them, so from a
-    batch dequeue it reaches the readers, their filename queues and the
-    string constants their runners enqueue.
-    """
+def _runners_by_queue(graph: tf.Graph) -> dict[str, list]:
     feeding: dict[str, list] = {}
     for qr in graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS):
         feeding.setdefault(qr.queue.queue_ref.op.name, []).append(qr)
-    filename_queues: list[str] = []
-    seen: set[str] = set()
+    return feeding
+
+
+def _upstream(ops, feeding: dict[str, list]) -> list[tf.Operation]:
+    """Every op upstream of ``ops``, going up through queues to the runners that feed them."""
+    seen: dict[str, tf.Operation] = {}
     todo = list(ops)
     while todo:
         reached = ancestors(todo)
@@ -44,20 +42,33 @@ def reader_files(graph: tf.Graph, ops) -> list[str]:
         for op in reached:
             if op.name in seen:
                 continue
-            seen.add(op.name)
-            if op.type in READER_OPS:
-                filename_queues.append(queue_op(op.inputs[1]).name)
+            seen[op.name] = op
             for qr in feeding.get(op.name, ()):
                 todo.extend(qr.enqueue_ops)
+    return list(seen.values())
+
+
+def _string_files(ops, limit: int | None = None) -> list[str]:
+    """Existing files named by the string constants among ``ops`` (an Assert's message is not)."""
     files: list[str] = []
-    for name in dict.fromkeys(filename_queues):
-        for qr in feeding.get(name, ()):
-            for const in ancestors(qr.enqueue_ops):
-                if const.type == "Const" and const.get_attr("dtype") == tf.string:
-                    values = tf.make_ndarray(const.get_attr("value")).reshape(-1)
-                    files.extend(os.fsdecode(v) for v in values)
-    # Other string constants (an Assert's message) are not files.
+    for op in ops:
+        if op.type == "Const" and op.get_attr("dtype") == tf.string:
+            values = tf.make_ndarray(op.get_attr("value")).reshape(-1)
+            files.extend(os.fsdecode(v) for v in values[:limit])
     return [f for f in dict.fromkeys(files) if os.path.isfile(f)]
+
+
+def reader_files(graph: tf.Graph, ops) -> list[str]:
+    """The existing files that the readers upstream of ``ops`` can be given, in graph order.
+
+    From a batch dequeue the walk reaches the readers, their filename queues
+    and the string constants the runners of those queues enqueue.
+    """
+    feeding = _runners_by_queue(graph)
+    queues = dict.fromkeys(queue_op(op.inputs[1]).name for op in _upstream(ops, feeding)
+                           if op.type in READER_OPS)
+    return _string_files(op for name in queues for qr in feeding.get(name, ())
+                         for op in ancestors(qr.enqueue_ops))
 
 
 def corrupt_file_note(graph: tf.Graph, op: tf.Operation, error: tf.errors.OpError) -> str | None:
@@ -98,25 +109,7 @@ _DECODE_BUDGET_SECS = 20.0  # spent at most on finding the undecodable image
 
 def upstream_files(graph: tf.Graph, ops) -> list[str]:
     """Existing files named by string constants anywhere upstream of ``ops`` (through runners)."""
-    feeding: dict[str, list] = {}
-    for qr in graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS):
-        feeding.setdefault(qr.queue.queue_ref.op.name, []).append(qr)
-    files: list[str] = []
-    seen: set[str] = set()
-    todo = list(ops)
-    while todo:
-        reached = ancestors(todo)
-        todo = []
-        for op in reached:
-            if op.name in seen:
-                continue
-            seen.add(op.name)
-            if op.type == "Const" and op.get_attr("dtype") == tf.string:
-                values = tf.make_ndarray(op.get_attr("value")).reshape(-1)
-                files.extend(os.fsdecode(v) for v in values[:_MAX_FILES * 10])
-            for qr in feeding.get(op.name, ()):
-                todo.extend(qr.enqueue_ops)
-    return [f for f in dict.fromkeys(files) if os.path.isfile(f)]
+    return _string_files(_upstream(ops, _runners_by_queue(graph)), _MAX_FILES * 10)
 
 
 def image_file_note(graph: tf.Graph, op: tf.Operation, error: tf.errors.OpError) -> str | None:
