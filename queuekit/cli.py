@@ -77,12 +77,8 @@ def _run_make(args) -> int:
 
 
 def _start_method() -> str | None:
-    # This program's main module imports no TensorFlow, so forkserver workers start
-    # cheaply; QUEUEKIT_START_METHOD=fork is the way to compare (bench_make.py --cli).
-    import multiprocessing
-
-    default = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else None
-    return os.environ.get("QUEUEKIT_START_METHOD", default)
+    # QUEUEKIT_START_METHOD=fork compares the start methods (README, make).
+    return os.environ.get("QUEUEKIT_START_METHOD") or None
 
 
 def add_export_parser(sub) -> None:
@@ -173,8 +169,8 @@ def _run_bench(args) -> int:
         if path:
             check_writable(path)
     if args.files:
-        from queuekit.pipelines.layout import check_files, record_layout
-        from queuekit.records.files import expand_files
+        from queuekit.pipelines.layout import record_layout
+        from queuekit.records.files import check_files, expand_files
 
         files = expand_files(args.files)
         check_files(files)

@@ -64,9 +64,10 @@ def _corrupt(path, offset):
 
 
 def test_corrupt_record_raises_data_loss_not_a_short_epoch(tmp_path):
-    """A bad CRC in the middle of a file surfaces as DataLossError, not as end of data."""
+    """A bad data CRC in the middle of a file surfaces as DataLossError, not as end of data."""
     path = write_id_records(tmp_path / "bad.tfrecords", 100)
-    _corrupt(path, len(open(path, "rb").read()) // 2)
+    # Inside record 50's data: only the reader sees it (a header fault fails at start).
+    _corrupt(path, qk_scan(path)[50].offset + 12 + 20)
     got = []
     with pytest.raises(tf.errors.DataLossError) as info:
         with qk.QueueSession() as qs:
@@ -386,7 +387,7 @@ def test_stall_on_an_unfed_queue_while_the_runner_queue_is_full():
 def test_corrupt_record_names_its_file_in_a_hand_built_pipeline(tmp_path):
     """A DataLossError from a hand-built reader pipeline names the file, record index, offset."""
     files = [write_id_records(tmp_path / f"{k}.tfrecords", 30, start=30 * k) for k in range(3)]
-    _corrupt(files[1], os.path.getsize(files[1]) // 2)
+    _corrupt(files[1], qk_scan(files[1])[15].offset + 12 + 20)  # in record 15's data
     with pytest.raises(tf.errors.DataLossError) as info:
         with qk.QueueSession() as qs:
             for _ in qs.iterate(id_reader_batch(files, batch_size=4)):
@@ -422,3 +423,15 @@ def test_end_of_data_message_says_which_queue_is_closed():
         with pytest.raises(qk.EndOfData) as info:
             qs.run(x)
     assert "is closed and has insufficient elements" in str(info.value), str(info.value)
+
+
+def test_a_hand_built_pipeline_over_a_file_cut_in_a_header_fails_at_start(tmp_path):
+    """TF's reader drops a record whose header is cut short; the session names the file first."""
+    path = write_id_records(tmp_path / "cut.tfrecords", 10)
+    size = os.path.getsize(path)
+    with open(path, "ab") as f:
+        f.write(open(path, "rb").read()[:7])  # the first 7 bytes of an 11th record's header
+    with pytest.raises(qk.CorruptRecordError) as info:
+        with qk.QueueSession() as qs:
+            qs.run(id_reader_batch([path], batch_size=4))
+    assert (info.value.path, info.value.index, info.value.offset) == (path, 10, size)

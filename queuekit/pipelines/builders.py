@@ -15,8 +15,8 @@ import os
 
 import tensorflow as tf
 
-from queuekit.pipelines.layout import RecordLayout, check_files, parse_records, record_layout
-from queuekit.records.files import expand_files
+from queuekit.pipelines.layout import RecordLayout, parse_records, record_layout
+from queuekit.records.files import check_files, expand_files
 from queuekit.records.folder import ImageFolder, scan_image_folder
 
 _v1 = tf.compat.v1

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 
 import tensorflow as tf
 
-from queuekit.errors import CorruptRecordError, DatasetError
+from queuekit.errors import DatasetError
 from queuekit.records.example import SEED_SHAPE, first_value
-from queuekit.records.tfrecord import Record, check_framing, scan_records, what_it_is
+from queuekit.records.tfrecord import Record, scan_records, what_it_is
 
 _EXTRA_STRING_FEATURES = ("label_text", "filename")
 
@@ -76,36 +75,6 @@ def record_layout(files, image_shape=None) -> RecordLayout:
     hints = [f"{p} looks {what}" for p in files if (what := what_it_is(p))]
     raise DatasetError(f"no records in {', '.join(files)}"
                        + (f" ({'; '.join(hints)})" if hints else ""))
-
-
-# (path, size, mtime) of files whose framing was checked: a rebuild skips them.
-_CHECKED: set[tuple[str, int, int]] = set()
-
-
-def check_files(files) -> None:
-    """Walk the record headers of every file; raise on the first framing fault.
-
-    TensorFlow's reader ends a file silently at a record header cut short, so
-    a truncated file would be a short epoch. The walk reads 12 bytes per
-    record (benchmarks/bench_check.py, page cache warm: 0.01 s per GB of 196 KB
-    records, 0.9 s per GB of 1 KB records).
-
-    Raises:
-        CorruptRecordError: naming the file, record index, byte offset and what
-            the file looks like when it is not a TFRecord file at all.
-    """
-    for path in files:
-        stat = os.stat(path)
-        key = (os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
-        if key in _CHECKED:
-            continue
-        fault = check_framing(path)
-        if fault is not None:
-            what = what_it_is(path) if fault.index == 0 else ""
-            reason = fault.reason + (f" (the file looks {what}, not like TFRecords)"
-                                     if what else "")
-            raise CorruptRecordError(path, fault.index, fault.offset, reason)
-        _CHECKED.add(key)
 
 
 def parse_records(serialized: tf.Tensor, keys: tf.Tensor, layout: RecordLayout, *,

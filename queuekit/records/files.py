@@ -1,4 +1,4 @@
-"""File helpers shared by the readers and the writers: expanding inputs, atomic temp files."""
+"""File helpers shared by the readers and the writers: inputs, framing checks, temp files."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import glob
 import os
 import secrets
 
-from queuekit.errors import InputNotFound
+from queuekit.errors import CorruptRecordError, InputNotFound
+from queuekit.records.tfrecord import check_framing, what_it_is
 
 
 def expand_files(files) -> list[str]:
@@ -54,3 +55,33 @@ def temp_beside(final: str) -> str:
             return tmp
         except FileExistsError:
             continue
+
+
+# (path, size, mtime) of files whose framing was checked: a rebuild skips them.
+_CHECKED: set[tuple[str, int, int]] = set()
+
+
+def check_files(files) -> None:
+    """Walk the record headers of every file; raise on the first framing fault.
+
+    TensorFlow's reader ends a file silently at a record header cut short, so
+    a truncated file would be a short epoch. The walk reads 12 bytes per
+    record (benchmarks/bench_check.py, page cache warm: 0.01 s per GB of 196 KB
+    records, 0.9 s per GB of 1 KB records).
+
+    Raises:
+        CorruptRecordError: naming the file, record index, byte offset and what
+            the file looks like when it is not a TFRecord file at all.
+    """
+    for path in files:
+        stat = os.stat(path)
+        key = (os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
+        if key in _CHECKED:
+            continue
+        fault = check_framing(path)
+        if fault is not None:
+            what = what_it_is(path) if fault.index == 0 else ""
+            reason = fault.reason + (f" (the file looks {what}, not like TFRecords)"
+                                     if what else "")
+            raise CorruptRecordError(path, fault.index, fault.offset, reason)
+        _CHECKED.add(key)

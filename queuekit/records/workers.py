@@ -142,18 +142,19 @@ def encoded_chunks(tasks, workers: int, spool: str,
 
 
 def _context(method: str | None):
-    """The start method's context: ``method``, else fork (spawn where there is no fork).
+    """The start method's context: ``method``, else forkserver (spawn where there is none).
 
-    forkserver never forks a process running TensorFlow's threads (a fork
-    copies their locks as they are, and one held at that moment deadlocks the
-    child); its server preloads only this module (Pillow, numpy, queuekit's
-    encoder). But each worker also imports the program's main module: cheap for
-    ``queuekit make``, which uses forkserver, and about 4 s of TensorFlow import
-    per worker for a script that imports TensorFlow (measured: 112 vs 673
-    images/s on 400 images), so the library keeps fork by default.
+    Never a fork of the calling process by default: it runs TensorFlow's
+    threads, a fork copies their locks as they are, and one held at that
+    moment deadlocks the child. The fork server preloads only this module
+    (Pillow, numpy, queuekit's encoder). Each worker also imports the
+    program's main module, as multiprocessing does: nothing for ``queuekit
+    make`` or pytest, a TensorFlow import per worker for a script that imports
+    TensorFlow at its top (measured: about 4 s once per ``make``; see README).
+    ``start_method="fork"`` avoids that cost where the risk is acceptable.
     """
     available = multiprocessing.get_all_start_methods()
-    method = method or ("fork" if "fork" in available else "spawn")
+    method = method or ("forkserver" if "forkserver" in available else "spawn")
     ctx = multiprocessing.get_context(method)
     if method == "forkserver":
         ctx.set_forkserver_preload([__name__])

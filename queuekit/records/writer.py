@@ -87,11 +87,10 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str = "r
         overwrite: replace existing outputs instead of refusing.
         strict: make the first unreadable image an error instead of a skip.
         progress: show a tqdm bar.
-        start_method: how worker processes start (``fork``, ``forkserver``,
-            ``spawn``); None is fork where there is one. ``queuekit make`` uses
-            forkserver, which never forks a process running TensorFlow's
-            threads; a script that imports TensorFlow pays that import again
-            in every forkserver or spawn worker (see ``records.workers``).
+        start_method: how worker processes start: None is forkserver (spawn
+            where there is none), which never forks this process and its
+            TensorFlow threads; ``fork`` starts faster for a script that
+            imports TensorFlow at its top (see ``records.workers``).
 
     Output is written to temporary files in the same folder and committed as
     one unit when complete (:mod:`queuekit.records.commit`): the shards, then

@@ -71,6 +71,18 @@ def reader_files(graph: tf.Graph, ops) -> list[str]:
                          for op in ancestors(qr.enqueue_ops))
 
 
+def tfrecord_files(graph: tf.Graph) -> list[str]:
+    """The files every uncompressed ``TFRecordReader`` of the graph can be given."""
+    files: list[str] = []
+    for op in graph.get_operations():
+        if op.type not in READER_OPS:
+            continue
+        reader = queue_op(op.inputs[0])
+        if reader.type == "TFRecordReaderV2" and not reader.get_attr("compression_type"):
+            files.extend(reader_files(graph, [op]))
+    return list(dict.fromkeys(files))
+
+
 def corrupt_file_note(graph: tf.Graph, op: tf.Operation, error: tf.errors.OpError) -> str | None:
     """A note naming the file, record index and byte offset of a ``DataLossError``.
 
@@ -90,13 +102,17 @@ def corrupt_file_note(graph: tf.Graph, op: tf.Operation, error: tf.errors.OpErro
     for path in files:
         if match is None:
             break
+        # TF gives the record's offset for a bad header, its data's (12 bytes on) for bad data.
+        offset = int(match.group(1))
         try:
-            hit = record_at(path, int(match.group(1)))
+            hits = [record_at(path, offset), record_at(path, offset - 12)]
         except OSError:
             continue
-        if hit is not None and isinstance(hit[1], Corruption):
-            c = hit[1]
-            found.append(f"{path}: record {c.index} at byte offset {c.offset}: {c.reason}")
+        for hit in hits:
+            if hit is not None and isinstance(hit[1], Corruption):
+                c = hit[1]
+                found.append(f"{path}: record {c.index} at byte offset {c.offset}: {c.reason}")
+                break
     if found:
         return "queuekit: the corrupt record is in " + "; or ".join(found)
     shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")

@@ -9,6 +9,8 @@ from typing import Any
 import tensorflow as tf
 
 from queuekit.errors import EndOfData
+from queuekit.records.files import check_files
+from queuekit.session.diagnose import tfrecord_files
 from queuekit.session.hooked_run import run_with_hooks
 from queuekit.session.policy import PartialRun, RunPolicy
 from queuekit.session.queue_ops import queue_ops
@@ -50,9 +52,8 @@ class QueueSession(SessionInterface):
     and ``op.run(session=qs)`` run through :meth:`run` and its policy.
 
     The graph:
-        ``graph``, else the default graph when the program built one (it has
-        ops), as ``tf.compat.v1.Session()`` would run, else a fresh
-        ``tf.Graph``. It is the default graph inside the ``with`` block.
+        ``graph``, else the default graph if the program built ops in it (as
+        ``Session()`` runs it), else a fresh one; the default inside ``with``.
 
     End of data:
         When the input is exhausted :meth:`run` raises :class:`EndOfData`, a
@@ -88,17 +89,14 @@ class QueueSession(SessionInterface):
     Args:
         graph: the graph to run (see *The graph*).
         target: the execution engine, e.g. ``"grpc://host:port"``.
-        config: a ``ConfigProto``. When None, TensorFlow's defaults, except
-            for a graph with ops that block an inter-op thread while they wait
-            (``py_func``, staging areas): that session gets its own inter-op
-            pool with a thread per runner thread on top (TF issue 4917).
+        config: a ``ConfigProto``; None: TF's defaults, or for a graph with ops
+            that block an inter-op thread (``py_func``) a pool with room for
+            every runner thread (TF issue 4917).
         initialize: restore and initialise on start (see above); False leaves
             every variable to the caller.
         checkpoint_dir: restore its latest checkpoint on start, if it has one.
-        session_creator: a ``tf.compat.v1.train.SessionCreator``
-            (``ChiefSessionCreator``, ``WorkerSessionCreator``...) that makes,
-            restores and initialises the session instead; see
-            :func:`~queuekit.monitored_training_session`.
+        session_creator: a ``SessionCreator`` (TF's ``ChiefSessionCreator``...)
+            that makes, restores and initialises the session instead.
         stop_grace_secs: how long shutdown waits for threads.
         stall_timeout_secs: see *Stalls*; None disables.
         hooks: ``tf.compat.v1.train.SessionRunHook`` objects, called as
@@ -279,6 +277,7 @@ class QueueSession(SessionInterface):
             if self._threads.has_new_runners():  # runners added after the first run
                 if self._initialize:
                     self._init.uninitialized(self._sess)
+                check_files(tfrecord_files(self._graph))
                 self._threads.start_new_runners()
             return
         # The order of MonitoredSession: hooks' begin, (the creator finalizes the graph),
@@ -293,6 +292,7 @@ class QueueSession(SessionInterface):
             sess = self.session
             if self._initialize and self._creator is None:
                 self._init.first(sess)
+            check_files(tfrecord_files(self._graph))  # a cut file: no silent short epoch
         self._threads = SessionThreads(self._graph, sess, self._state, self._stall_timeout,
                                        self._grace)
         self._policy.attach(self._threads.coord, self._threads.runners, self._threads.signals)
