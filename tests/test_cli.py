@@ -4,6 +4,7 @@ import json
 import os
 import signal
 import tempfile
+import time
 
 import pytest
 import tensorflow as tf
@@ -106,3 +107,29 @@ def test_bench_ctrl_c_prints_finished_rows_and_exits_130(tmp_path):
     assert "readers=1 threads=1 read-many=0" in out
     assert "readers=2" not in out
     assert "interrupted: 1 of 2 configurations ran" in out
+
+
+def test_bench_sigterm_exits_143_and_takes_its_child_along(tmp_path):
+    """SIGTERM to `queuekit bench` while a configuration runs: exit 143, no child left running."""
+    from tests.test_make_faults import _children, _gone
+
+    path = _write(tmp_path / "b.tfrecords", range(64), shape=(8, 8, 3))
+    proc = run_script("import sys; from queuekit.cli import main; sys.exit(main(sys.argv[1:]))",
+                      "bench", path, "--readers", "1", "--threads", "1", "--read-many", "0",
+                      "--compare", "none", "--seconds", "30", "--repeat", "1",
+                      "--warmup-batches", "1", "--batch-size", "8", "--quiet")
+    try:
+        deadline = time.monotonic() + 60
+        while not _children(proc.pid):  # the configuration's child process has started
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.02)
+        children = _children(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 143, err[-2000:]
+    assert "stopped by SIGTERM" in err
+    assert _gone(children), "the configuration's process outlived bench"
