@@ -81,10 +81,8 @@ class ReadsCache:
         self._graph = graph
         self._cache: collections.OrderedDict = collections.OrderedDict()
 
-    def __call__(self, fetches, extra=None) -> tuple[str, ...]:
+    def __call__(self, fetches) -> tuple[str, ...]:
         ops = fetch_ops(self._graph, fetches)
-        if extra is not None:
-            ops += fetch_ops(self._graph, extra)
         key = frozenset(op.name for op in ops)
         reads = self._cache.get(key)
         if reads is None:

@@ -97,7 +97,6 @@ class Initializer:
     def __init__(self, graph: tf.Graph, checkpoint_dir: str | None = None):
         self._graph = graph
         self._checkpoint_dir = checkpoint_dir
-        self.restored_from: str | None = None  # the checkpoint restored on start
 
     def first(self, sess) -> None:
         """Restore the latest checkpoint of ``checkpoint_dir`` if any; initialise the rest."""
@@ -106,7 +105,6 @@ class Initializer:
             saver = default_saver(self._graph) if path else None
             if saver is not None:
                 saver.restore(sess, path)
-                self.restored_from = path
                 log.info("restored %s", path)
         self.uninitialized(sess)
         tables = self._graph.get_collection(_v1.GraphKeys.TABLE_INITIALIZERS)
