@@ -249,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     root = logging.getLogger("queuekit")
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if args.verbose else logging.INFO)
-    with quiet_tensorflow(args.verbose), signals_end_the_command():
+    # Signals first: a SIGTERM during TensorFlow's import also exits 143.
+    with signals_end_the_command(), quiet_tensorflow(args.verbose):
         from queuekit.errors import (
             BadRecordError,
             CorruptRecordError,

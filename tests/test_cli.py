@@ -111,7 +111,7 @@ def test_bench_ctrl_c_prints_finished_rows_and_exits_130(tmp_path):
 
 def test_bench_sigterm_exits_143_and_takes_its_child_along(tmp_path):
     """SIGTERM to `queuekit bench` while a configuration runs: exit 143, no child left running."""
-    from tests.test_make_faults import _children, _gone
+    from tests.test_make_faults import _gone
 
     path = _write(tmp_path / "b.tfrecords", range(64), shape=(8, 8, 3))
     proc = run_script("import sys; from queuekit.cli import main; sys.exit(main(sys.argv[1:]))",
@@ -120,10 +120,9 @@ def test_bench_sigterm_exits_143_and_takes_its_child_along(tmp_path):
                       "--warmup-batches", "1", "--batch-size", "8", "--quiet")
     try:
         deadline = time.monotonic() + 60
-        while not _children(proc.pid):  # the configuration's child process has started
+        while not (children := _bench_children(proc.pid)):  # a configuration has started
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.02)
-        children = _children(proc.pid)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -133,3 +132,18 @@ def test_bench_sigterm_exits_143_and_takes_its_child_along(tmp_path):
     assert proc.returncode == 143, err[-2000:]
     assert "stopped by SIGTERM" in err
     assert _gone(children), "the configuration's process outlived bench"
+
+
+def _bench_children(pid):
+    """Children of ``pid`` running a bench configuration (not a transient helper process)."""
+    from tests.test_make_faults import _children
+
+    found = []
+    for child in _children(pid):
+        try:
+            cmdline = open(f"/proc/{child}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if b"queuekit.bench.child" in cmdline:
+            found.append(child)
+    return found
