@@ -8,7 +8,7 @@ import tensorflow as tf
 from PIL import Image
 
 import queuekit as qk
-from queuekit.pipelines import builders
+from queuekit.pipelines import batching, builders
 from queuekit.records import images
 from queuekit.records.example import make_example
 from tests.helpers import v1
@@ -218,7 +218,7 @@ def test_capacity_is_bounded_by_bytes(tmp_path):
         qk.tfrecord_batches(path, batch_size=32, num_epochs=1)
         qs.run(tf.constant(0))
         cap = {s.name: s.capacity for s in qs.queue_stats()}["tfrecord_batches/batch/fifo_queue"]
-    assert cap == builders.QUEUE_BYTES // (256 * 256 * 3)
+    assert cap == batching.QUEUE_BYTES // (256 * 256 * 3)
 
 
 @pytest.mark.parametrize("cut", range(1, 12))
@@ -237,18 +237,31 @@ def test_file_cut_inside_a_record_header_is_an_error_not_a_short_epoch(tmp_path,
     assert f"truncated: {cut} of 12 header bytes" in str(err)
 
 
-@pytest.mark.parametrize("content,looks", [
-    (b'{\n  "name": "README"\n}\n', "JSON text"),
-    (b"\x1f\x8b\x08\x00" + bytes(40), "GZIP-compressed"),
-])
-def test_a_file_that_is_not_tfrecords_is_named_with_what_it_looks_like(tmp_path, id_files,
-                                                                      content, looks):
-    """A README.json or a GZIP file among the records is named, with what it looks like."""
+def test_a_file_that_is_not_tfrecords_is_named_with_what_it_looks_like(tmp_path, id_files):
+    """A README.json among the records is named, with what it looks like."""
     other = tmp_path / "zz-other"
-    other.write_bytes(content)
+    other.write_bytes(b'{\n  "name": "README"\n}\n')
     with tf.Graph().as_default(), pytest.raises(qk.CorruptRecordError) as info:
         qk.tfrecord_batches(id_files + [str(other)], batch_size=2)
-    assert str(other) in str(info.value) and looks in str(info.value)
+    assert str(other) in str(info.value) and "JSON text" in str(info.value)
+
+
+def test_a_gzip_file_among_plain_ones_is_named(tmp_path, id_files):
+    """One reader reads one compression: a GZIP file among plain ones is named, not misread."""
+    other = tmp_path / "zz-other"
+    other.write_bytes(b"\x1f\x8b\x08\x00" + bytes(40))
+    with tf.Graph().as_default(), pytest.raises(qk.DatasetError) as info:
+        qk.tfrecord_batches(id_files + [str(other)], batch_size=2)
+    assert f"GZIP: {other}" in str(info.value) and "mix compressions" in str(info.value)
+
+
+def test_a_broken_gzip_file_is_named(tmp_path):
+    """A GZIP file whose stream is broken is a CorruptRecordError naming it, at build time."""
+    other = tmp_path / "broken.tfrecords.gz"
+    other.write_bytes(b"\x1f\x8b\x08\x00" + bytes(40))
+    with tf.Graph().as_default(), pytest.raises(qk.CorruptRecordError) as info:
+        qk.tfrecord_batches(str(other), batch_size=2)
+    assert str(other) in str(info.value) and "GZIP-decompressed" in str(info.value)
 
 
 def test_a_record_that_is_not_an_example_is_a_dataset_error(tmp_path):

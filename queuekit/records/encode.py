@@ -7,6 +7,8 @@ from __future__ import annotations
 
 SEED_SHAPE = (256, 256, 3)
 FORMATS = ("raw", "jpeg", "png")
+# Layouts make writes: queuekit's, and Inception's build_image_data.py (Slim, Inception).
+WRITE_SCHEMAS = ("queuekit", "inception")
 
 
 def _varint(value: int) -> bytes:
@@ -45,8 +47,25 @@ def encode_example(features: dict[str, int | bytes]) -> bytes:
 
 def make_example(pixels_or_bytes: bytes, *, label: int, height: int, width: int,
                  channels: int = 3, fmt: str = "raw", label_text: str = "",
-                 filename: str = "") -> bytes:
-    """Serialize one record in queuekit's format (a superset of the seed's)."""
+                 filename: str = "", schema: str = "queuekit") -> bytes:
+    """Serialize one record in queuekit's format (a superset of the seed's), or Inception's.
+
+    ``schema="inception"`` writes the features of Inception's
+    ``build_image_data.py``, label stored as ``label + 1`` (0 is its
+    background class), so an unmodified Inception or Slim trainer reads it.
+    """
+    if schema == "inception":
+        if fmt not in ("jpeg", "png"):
+            raise ValueError(f"the inception layout holds JPEG or PNG bytes, not {fmt!r}")
+        return encode_example({
+            "image/height": height, "image/width": width, "image/colorspace": b"RGB",
+            "image/channels": channels, "image/class/label": label + 1,
+            "image/class/text": label_text.encode("utf-8", "surrogateescape"),
+            "image/format": fmt.upper().encode(),
+            "image/filename": filename.encode("utf-8", "surrogateescape"),
+            "image/encoded": bytes(pixels_or_bytes)})
+    if schema != "queuekit":
+        raise ValueError(f"schema must be one of {WRITE_SCHEMAS}, not {schema!r}")
     return encode_example({
         "label": label, "img_raw": bytes(pixels_or_bytes), "height": height, "width": width,
         "channels": channels, "format": fmt.encode(),

@@ -21,9 +21,10 @@ from PIL import Image
 
 from queuekit.errors import BadRecordError
 from queuekit.records.encode import FORMATS, SEED_SHAPE, encode_example, make_example
+from queuekit.records.schema import RecordSchema, detect, how_to_declare, normalise_format, resolve
 
 __all__ = ["FORMATS", "SEED_SHAPE", "Decoded", "decode_example", "encode_example",
-           "feature_value", "first_value", "make_example"]
+           "feature_value", "first_value", "make_example", "record_shape"]
 
 
 @dataclasses.dataclass
@@ -54,8 +55,14 @@ def first_value(feats, name: str, default=None):
     return values[0] if values else default
 
 
-def decode_example(data: bytes, *, where: str) -> Decoded:
-    """Decode one serialized record (queuekit or seed format) to pixels and label.
+def decode_example(data: bytes, *, where: str, schema=None) -> Decoded:
+    """Decode one serialized record to pixels and label (0-based: the schema's offset removed).
+
+    Args:
+        data: the serialized ``tf.train.Example``.
+        where: file and record index, for errors.
+        schema: a :class:`~queuekit.RecordSchema` or preset name; None or
+            ``"auto"`` picks the preset from the record's features.
 
     Raises:
         BadRecordError: naming ``where`` (file and record index) and what was expected.
@@ -65,36 +72,49 @@ def decode_example(data: bytes, *, where: str) -> Decoded:
     except Exception as e:  # noqa: BLE001 - protobuf raises its own DecodeError
         raise BadRecordError(f"{where}: not a tf.train.Example ({e})") from e
     feats = example.features.feature
+    chosen = resolve(schema) or detect(feats)
+    if chosen is None:
+        raise BadRecordError(f"{where}: not a layout queuekit knows ({how_to_declare(feats)})")
 
     def one(name, default=None):
-        return first_value(feats, name, default)
+        return None if name is None else first_value(feats, name, default)
 
-    img = one("img_raw")
+    img = one(chosen.image)
     if img is None:
-        raise BadRecordError(f"{where}: no 'img_raw' feature (features: {sorted(feats)})")
-    fmt = one("format", b"raw").decode()
-    label = one("label")
-    text = one("label_text")
-    name = one("filename")
+        raise BadRecordError(f"{where}: no {chosen.image!r} feature for the "
+                             f"{chosen.describe()} (features: {sorted(feats)})")
+    fmt = normalise_format(one(chosen.format_key), chosen.encoding)
+    label = one(chosen.label)
+    text = one(chosen.extras.get("label_text", (None,))[0])
+    name = one(chosen.extras.get("filename", (None,))[0])
     if fmt == "raw":
-        shape = (int(one("height", SEED_SHAPE[0])), int(one("width", SEED_SHAPE[1])),
-                 int(one("channels", SEED_SHAPE[2])))
-        if min(shape) < 1:
-            raise BadRecordError(f"{where}: invalid image shape {shape[0]}x{shape[1]}x"
-                                 f"{shape[2]} (height, width and channels must be positive)")
-        expected = shape[0] * shape[1] * shape[2]
-        if len(img) != expected:
-            raise BadRecordError(f"{where}: img_raw has {len(img)} bytes, expected {expected} "
-                               f"for a {shape[0]}x{shape[1]}x{shape[2]} raw image")
-        image = np.frombuffer(img, np.uint8).reshape(shape)
-    elif fmt in ("jpeg", "png"):
+        h, w, c = record_shape(feats, chosen)
+        if min(h, w, c) < 1:
+            raise BadRecordError(f"{where}: invalid image shape {h}x{w}x{c} (height, width "
+                                 f"and channels must be positive)")
+        if len(img) != h * w * c:
+            raise BadRecordError(f"{where}: {chosen.image} has {len(img)} bytes, expected "
+                                 f"{h * w * c} for a {h}x{w}x{c} raw image")
+        image = np.frombuffer(img, np.uint8).reshape(h, w, c)
+    else:
         try:
             with Image.open(io.BytesIO(img)) as im:
                 image = np.asarray(im.convert("RGB"))
         except Exception as e:  # noqa: BLE001 - Pillow's many decode errors
-            raise BadRecordError(f"{where}: img_raw is not a valid {fmt} image ({e})") from e
-    else:
-        raise BadRecordError(f"{where}: unknown format {fmt!r}, expected one of {FORMATS}")
-    return Decoded(None if label is None else int(label), image,
+            kind = "an image" if fmt == "any" else f"a valid {fmt} image"
+            raise BadRecordError(f"{where}: {chosen.image} is not {kind} ({e})") from e
+    return Decoded(None if label is None else int(label) - chosen.label_offset, image,
                    None if text is None else text.decode("utf-8", "surrogateescape"),
-                   None if name is None else name.decode("utf-8", "surrogateescape"), fmt)
+                   None if name is None else name.decode("utf-8", "surrogateescape"),
+                   "jpeg" if fmt == "any" else fmt)
+
+
+def record_shape(feats, schema: RecordSchema, default=None) -> tuple[int, int, int]:
+    """(height, width, channels) the record says, else ``default``, the schema's, the seed's."""
+    fallback = tuple(default or schema.shape or SEED_SHAPE)
+    keys = schema.shape_keys
+    if keys is None or keys[0] not in feats:
+        return fallback  # type: ignore[return-value]
+    channels = first_value(feats, keys[2], fallback[2]) if keys[2] else fallback[2]
+    return (int(first_value(feats, keys[0], 0)), int(first_value(feats, keys[1], 0)),
+            int(channels))

@@ -6,8 +6,8 @@ import glob
 import os
 import secrets
 
-from queuekit.errors import CorruptRecordError, InputNotFound
-from queuekit.records.tfrecord import check_framing, what_it_is
+from queuekit.errors import CorruptRecordError, DatasetError, InputNotFound
+from queuekit.records.tfrecord import check_framing, compression_of, what_it_is
 
 
 def expand_files(files) -> list[str]:
@@ -81,7 +81,28 @@ def check_files(files) -> None:
         fault = check_framing(path)
         if fault is not None:
             what = what_it_is(path) if fault.index == 0 else ""
-            reason = fault.reason + (f" (the file looks {what}, not like TFRecords)"
-                                     if what else "")
+            if what.endswith("-compressed"):
+                reason = f"{fault.reason} (in the {what[:-11]}-decompressed stream)"
+            else:
+                reason = fault.reason + (f" (the file looks {what}, not like TFRecords)"
+                                         if what else "")
             raise CorruptRecordError(path, fault.index, fault.offset, reason)
         _CHECKED.add(key)
+
+
+def compression_of_all(files) -> str:
+    """The one compression (``""``, ``"GZIP"``, ``"ZLIB"``) of ``files``; one reader reads them all.
+
+    Raises:
+        DatasetError: the files are not all compressed the same way.
+    """
+    kinds: dict[str, list[str]] = {}
+    for path in files:
+        kinds.setdefault(compression_of(path), []).append(path)
+    if len(kinds) > 1:
+        shown = "; ".join(f"{kind or 'uncompressed'}: {paths[0]}"
+                          + (f" and {len(paths) - 1} more" if len(paths) > 1 else "")
+                          for kind, paths in kinds.items())
+        raise DatasetError(f"the files mix compressions ({shown}); one reader reads one "
+                           f"kind: pass them to separate builders")
+    return next(iter(kinds), "")

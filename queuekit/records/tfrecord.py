@@ -4,13 +4,20 @@ Framing (TensorFlow's ``record_writer.cc``): each record is a little-endian
 uint64 length, the masked CRC32C of those 8 bytes, the data, and the masked
 CRC32C of the data. :func:`scan_records` reads it in Python so that a corrupt
 record can be reported with its file, index and byte offset.
+
+A file may be GZIP- or ZLIB-compressed as a whole (``TFRecordOptions``);
+:func:`compression_of` tells which from its first bytes, and the scanners read
+through the decompression, with offsets in the decompressed stream (as
+TensorFlow's reader reports them).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import os
 import struct
+import zlib
 from collections.abc import Iterator
 
 import google_crc32c
@@ -37,39 +44,113 @@ class Corruption:
     reason: str
 
 
-def scan_records(path: str) -> Iterator[Record | Corruption]:
+def compression_of(path: str) -> str:
+    """``""`` (plain), ``"GZIP"`` or ``"ZLIB"``: what ``TFRecordOptions`` wrote ``path`` with.
+
+    A plain file starts with a record header whose length CRC checks (a
+    1 in 2**32 chance for other bytes), which tells it from a compressed
+    stream's magic bytes even when its first length happens to look like them.
+    """
+    with open(path, "rb") as f:
+        head = f.read(12)
+    if len(head) == 12 and _masked_crc(head[:8]) == struct.unpack("<I", head[8:])[0]:
+        return ""
+    if head[:2] == b"\x1f\x8b":
+        return "GZIP"
+    if len(head) >= 2 and head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0:
+        return "ZLIB"
+    return ""
+
+
+class _Inflated:
+    """A read-only stream of a zlib-format file's decompressed bytes, with ``tell``."""
+
+    def __init__(self, f):
+        self._f, self._inflate, self._buf, self._pos = f, zlib.decompressobj(), b"", 0
+
+    def read(self, n: int) -> bytes:
+        while len(self._buf) < n and not self._inflate.eof:
+            chunk = self._f.read(1 << 16)
+            if not chunk:
+                raise EOFError("compressed stream ended before its end marker")
+            self._buf += self._inflate.decompress(chunk)
+        out, self._buf = self._buf[:n], self._buf[n:]
+        self._pos += len(out)
+        return out
+
+    def tell(self) -> int:
+        return self._pos
+
+
+def open_records(path: str):
+    """``path`` opened for reading its records, decompressed if it is compressed."""
+    f = open(path, "rb")  # noqa: SIM115 - closed by the caller, or with the wrapper
+    kind = compression_of(path)
+    if kind == "GZIP":
+        return gzip.GzipFile(fileobj=f, mode="rb"), f
+    if kind == "ZLIB":
+        return _Inflated(f), f
+    return f, f
+
+
+# What a broken compressed stream raises while reading.
+_STREAM_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
+
+
+def scan_records(path: str, *, data: bool = True) -> Iterator[Record | Corruption]:
     """Yield each record of ``path``, or a :class:`Corruption` where one is bad.
 
     A record whose data CRC is wrong is reported and skipped (its length is
-    trustworthy); after a bad length CRC or a truncation nothing more can be
-    read, so the scan ends there.
+    trustworthy); after a bad length CRC, a truncation or broken compression
+    nothing more can be read, so the scan ends there. ``data=False`` checks
+    the framing only (records are yielded with empty data).
     """
-    with open(path, "rb") as f:
+    stream, raw = open_records(path)
+    with raw:
         index = 0
         while True:
-            offset = f.tell()
-            header = f.read(12)
-            if not header:
+            offset = stream.tell()
+            try:
+                item = _next_record(stream, index, offset, data)
+            except _STREAM_ERRORS as e:
+                yield Corruption(index, offset, f"broken compressed stream ({e})")
                 return
-            if len(header) < 12:
-                yield Corruption(index, offset, f"truncated: {len(header)} of 12 header bytes")
+            if item is None:
                 return
-            length_bytes, length_crc = header[:8], struct.unpack("<I", header[8:])[0]
-            if _masked_crc(length_bytes) != length_crc:
-                yield Corruption(index, offset, "bad length CRC")
+            yield item
+            if isinstance(item, Corruption) and item.reason != "bad data CRC":
                 return
-            (length,) = struct.unpack("<Q", length_bytes)
-            data = f.read(length)
-            footer = f.read(4)
-            if len(data) < length or len(footer) < 4:
-                yield Corruption(index, offset, f"truncated: record of {length} bytes cut at "
-                                                f"{len(data)}")
-                return
-            if _masked_crc(data) != struct.unpack("<I", footer)[0]:
-                yield Corruption(index, offset, "bad data CRC")
-            else:
-                yield Record(index, offset, data)
             index += 1
+
+
+def _next_record(f, index: int, offset: int, check_data: bool) -> Record | Corruption | None:
+    header = f.read(12)
+    if not header:
+        return None
+    if len(header) < 12:
+        return Corruption(index, offset, f"truncated: {len(header)} of 12 header bytes")
+    length_bytes, length_crc = header[:8], struct.unpack("<I", header[8:])[0]
+    if _masked_crc(length_bytes) != length_crc:
+        return Corruption(index, offset, "bad length CRC")
+    (length,) = struct.unpack("<Q", length_bytes)
+    got = 0
+    parts = []
+    while got < length:  # in pieces: a corrupt length must not allocate it all at once
+        part = f.read(min(length - got, 1 << 24))
+        if not part:
+            break
+        got += len(part)
+        if check_data:
+            parts.append(part)
+    footer = f.read(4)
+    if got < length or len(footer) < 4:
+        return Corruption(index, offset, f"truncated: record of {length} bytes cut at {got}")
+    if not check_data:
+        return Record(index, offset, b"")
+    data = b"".join(parts)
+    if _masked_crc(data) != struct.unpack("<I", footer)[0]:
+        return Corruption(index, offset, "bad data CRC")
+    return Record(index, offset, data)
 
 
 def frame(data: bytes) -> bytes:
@@ -87,6 +168,14 @@ def record_at(path: str, offset: int) -> tuple[int, Record | Corruption] | None:
     A header that is corrupt or cut short before ``offset`` is returned as the
     :class:`Corruption` it is, with its own index and offset.
     """
+    if compression_of(path):
+        for item in scan_records(path):
+            if item.offset == offset or (isinstance(item, Corruption) and item.offset < offset
+                                         and item.reason != "bad data CRC"):
+                return item.index, item
+            if item.offset > offset:
+                break
+        return None
     with open(path, "rb") as f:
         size = f.seek(0, 2)
         pos = index = 0
@@ -121,9 +210,6 @@ def has_records(path: str) -> bool:
         return False
 
 
-# Leading bytes of files that are not plain TFRecords, for a clearer error.
-_MAGIC = ((b"\x1f\x8b", "GZIP-compressed"), (b"\x78\x01", "ZLIB-compressed"),
-          (b"\x78\x9c", "ZLIB-compressed"), (b"\x78\xda", "ZLIB-compressed"))
 _BIG_RECORD = 1 << 16  # past this, read just the next header instead of a whole chunk
 
 
@@ -134,9 +220,9 @@ def what_it_is(path: str) -> str:
             head = f.read(16)
     except OSError:
         return ""
-    for magic, name in _MAGIC:
-        if head.startswith(magic):
-            return name
+    kind = compression_of(path)
+    if kind:
+        return f"{kind}-compressed"
     if head.lstrip()[:1] in (b"{", b"["):
         return "JSON text"
     if head and all(32 <= b < 127 or b in (9, 10, 13) for b in head):
@@ -150,8 +236,12 @@ def check_framing(path: str) -> Corruption | None:
     TensorFlow's reader takes a record header cut short as the end of the file,
     so a file truncated inside a header would silently lose its last record.
     This walks the headers only: one small read per record for large records,
-    1 MiB at a time for small ones; data CRCs are left to the reader.
+    1 MiB at a time for small ones; data CRCs are left to the reader. A
+    compressed file is decompressed and walked as a stream.
     """
+    if compression_of(path):
+        return next((c for c in scan_records(path, data=False) if isinstance(c, Corruption)),
+                    None)
     size = os.path.getsize(path)
     fd = os.open(path, os.O_RDONLY)
     try:
