@@ -47,8 +47,12 @@ def add_make_parser(sub) -> None:
     p.add_argument("output", help="output .tfrecords path (shards derive their names from it)")
     p.add_argument("--size", type=size, default=(256, 256),
                    help="N or HEIGHTxWIDTH each image is resized to (default 256)")
-    p.add_argument("--encoding", choices=["raw", "jpeg", "png"], default="raw",
-                   help="img_raw bytes: raw RGB (the seed's format, default), jpeg or png")
+    p.add_argument("--encoding", choices=["raw", "jpeg", "png"], default=None,
+                   help="image bytes: raw RGB (the seed's format, default), jpeg (the "
+                        "default of --schema inception) or png")
+    p.add_argument("--schema", choices=["queuekit", "inception"], default="queuekit",
+                   help="record layout: queuekit's (the seed's features and more, default) "
+                        "or Inception/Slim's build_image_data.py (image/encoded, labels from 1)")
     p.add_argument("--shards", type=positive, default=1)
     p.add_argument("--workers", type=positive, default=None,
                    help="decode processes (default: one per core)")
@@ -66,7 +70,8 @@ def _run_make(args) -> int:
 
     folder = scan_image_folder(args.image_dir, shuffle=args.shuffle, seed=args.seed)
     report = write_tfrecords(folder, args.output, image_size=args.size,
-                                encoding=args.encoding, shards=args.shards,
+                                encoding=args.encoding, schema=args.schema,
+                                shards=args.shards,
                                 workers=args.workers, overwrite=args.overwrite,
                                 start_method=_start_method(),
                                 strict=args.strict, progress=_progress(args))

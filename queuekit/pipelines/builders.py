@@ -90,7 +90,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
             record), so a file cut short is an error, not a silently short epoch.
         schema: ``"auto"`` recognises queuekit's, the seed's, Inception/Slim's
             and TF's MNIST layouts from the first record (and logs its choice);
-            or a preset name (``queuekit.PRESETS``) or a :class:`~queuekit.RecordSchema`.
+            or a preset name (``queuekit.SCHEMAS``) or a :class:`~queuekit.RecordSchema`.
         parse_fn: instead of a schema, your function from a serialized record
             (a scalar string; a vector of them with ``read_many``) to a dict of
             tensors of fixed shapes; ``image`` is normalised if it is uint8.

@@ -90,7 +90,9 @@ def decode_encoded(contents, key, shape, fmt: str, options: DecodeOptions):
         f"decoded {fmt} image is not {h}x{w}x{c} (pass image_size=(height, width) to resize "
         f"images of other sizes); record (file:byte offset) and decoded shape:", key, got])
     with tf.control_dependencies([check]):
-        return tf.ensure_shape(tf.identity(image), shape)
+        image = tf.identity(image)
+    image.set_shape(shape)  # the Assert checked it (an EnsureShape could fail first, unnamed)
+    return image
 
 
 def _decode_any(contents, channels):

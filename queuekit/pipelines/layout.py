@@ -122,7 +122,7 @@ def record_layout(files, image_shape=None, schema="auto",
         raise DatasetError("random_crop needs encoded (JPEG, PNG) records and image_size")
     extras = tuple((out, key, kind) for out, (key, kind) in chosen.extras.items()
                    if key in feats)
-    return RecordLayout(tuple(shape), fmt, extras, chosen, decode)
+    return RecordLayout(shape, fmt, extras, chosen, decode)
 
 
 def _encoded_shape(path, feats, schema):

@@ -114,7 +114,7 @@ def record_shape(feats, schema: RecordSchema, default=None) -> tuple[int, int, i
     fallback = tuple(default or schema.shape or SEED_SHAPE)
     keys = schema.shape_keys
     if keys is None or keys[0] not in feats:
-        return fallback  # type: ignore[return-value]
+        return fallback
     channels = first_value(feats, keys[2], fallback[2]) if keys[2] else fallback[2]
     return (int(first_value(feats, keys[0], 0)), int(first_value(feats, keys[1], 0)),
             int(channels))

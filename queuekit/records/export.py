@@ -172,7 +172,9 @@ def _save_atomic(pixels, dest: str, pil_format: str) -> None:
     tmp = temp_beside(dest)
     try:
         with open(tmp, "wb") as f:
-            Image.fromarray(pixels, "RGB").save(f, pil_format, quality=95)
+            image = (Image.fromarray(pixels[..., 0], "L") if pixels.shape[-1] == 1
+                     else Image.fromarray(pixels, "RGB"))  # MNIST's are grayscale
+            image.save(f, pil_format, quality=95)
         os.replace(tmp, dest)
     except BaseException:
         os.unlink(tmp)

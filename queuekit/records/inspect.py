@@ -9,9 +9,10 @@ import os
 
 import tensorflow as tf
 
-from queuekit.records.example import feature_value, first_value
+from queuekit.records.example import feature_value, first_value, record_shape
 from queuekit.records.files import expand_files
-from queuekit.records.tfrecord import Corruption, scan_records
+from queuekit.records.schema import detect, normalise_format
+from queuekit.records.tfrecord import Corruption, compression_of, scan_records
 
 _NOT_EXAMPLE = "not a tf.train.Example"
 
@@ -33,6 +34,7 @@ class FileReport:
     records: int
     bytes: int
     corrupt: list[Corruption]
+    compression: str = ""  # "", "GZIP" or "ZLIB"
 
 
 @dataclasses.dataclass
@@ -44,6 +46,7 @@ class InspectReport:
     shapes: dict[str, int]  # "HxWxC format" -> records
     labels: dict[str, int]  # label (and label_text) -> records
     not_examples: int = 0  # records that are not a tf.train.Example
+    schemas: dict[str, int] = dataclasses.field(default_factory=dict)  # layout -> records
 
     @property
     def bad(self) -> bool:
@@ -62,15 +65,19 @@ class InspectReport:
         return json.dumps({
             "records": self.records,
             "files": [{"path": f.path, "records": f.records, "bytes": f.bytes,
+                       "compression": f.compression,
                        "corrupt": [dataclasses.asdict(c) for c in f.corrupt]}
                       for f in self.files],
             "features": self.features, "shapes": self.shapes, "labels": self.labels,
-            "not_examples": self.not_examples,
+            "not_examples": self.not_examples, "schemas": self.schemas,
         }, indent=2, ensure_ascii=True)
 
     def __str__(self) -> str:
         lines = [f"{f.path}: {f.records} records, {f.bytes:,} bytes"
+                 + (f" ({f.compression})" if f.compression else "")
                  + (f", {len(f.corrupt)} corrupt" if f.corrupt else "") for f in self.files]
+        lines.append("layout: " + (", ".join(f"{k}: {v}" for k, v in sorted(
+            self.schemas.items())) or "none queuekit knows (pass schema= or parse_fn=)"))
         lines.append("features: " + ", ".join(
             f"{n} ({d['type']}{'' if d['lengths'] == [1] else ' x' + str(d['lengths'])})"
             for n, d in sorted(self.features.items())))
@@ -93,6 +100,7 @@ def inspect_tfrecords(paths) -> InspectReport:
     features: dict[str, dict] = {}
     shapes: collections.Counter = collections.Counter()
     labels: collections.Counter = collections.Counter()
+    schemas: collections.Counter = collections.Counter()
     reports = []
     for path in files:
         n, bad = 0, []
@@ -101,15 +109,15 @@ def inspect_tfrecords(paths) -> InspectReport:
                 bad.append(item)
                 continue
             n += 1
-            _tally(item.data, features, shapes, labels)
-        reports.append(FileReport(path, n, os.path.getsize(path), bad))
+            _tally(item.data, features, shapes, labels, schemas)
+        reports.append(FileReport(path, n, os.path.getsize(path), bad, compression_of(path)))
     for d in features.values():
         d["lengths"] = sorted(d["lengths"])
     return InspectReport(reports, features, dict(shapes), dict(labels),
-                         shapes.get(_NOT_EXAMPLE, 0))
+                         shapes.get(_NOT_EXAMPLE, 0), dict(schemas))
 
 
-def _tally(data, features, shapes, labels) -> None:
+def _tally(data, features, shapes, labels, schemas) -> None:
     try:
         example = tf.train.Example.FromString(data)
     except Exception:  # noqa: BLE001 - not an Example: count it as such
@@ -121,14 +129,18 @@ def _tally(data, features, shapes, labels) -> None:
         d = features.setdefault(name, {"type": kind, "lengths": set(), "count": 0})
         d["lengths"].add(len(values))
         d["count"] += 1
-
-    def one(name):
-        return first_value(feats, name)
-
-    if "img_raw" in feats:
-        fmt = (one("format") or b"raw").decode()
-        h, w, c = one("height"), one("width"), one("channels")
-        shapes[f"{h}x{w}x{c} {fmt}" if h else "256x256x3 raw (seed default)"] += 1
-    label, text = one("label"), one("label_text")
+    schema = detect(feats)
+    if schema is None:
+        return
+    schemas[schema.name] += 1
+    fmt = normalise_format(first_value(feats, schema.format_key) if schema.format_key
+                           else None, schema.encoding)
+    h, w, c = record_shape(feats, schema)
+    said = schema.shape_keys is not None and schema.shape_keys[0] in feats
+    shapes[f"{h}x{w}x{c} {fmt}" if said else f"{h}x{w}x{c} {fmt} ({schema.name} default)"] += 1
+    label = first_value(feats, schema.label) if schema.label else None
+    text_key = schema.extras.get("label_text", (None,))[0]
+    text = first_value(feats, text_key) if text_key else None
     if label is not None:
+        label -= schema.label_offset
         labels[f"{label} {text.decode('utf-8', 'replace')}" if text else str(label)] += 1

@@ -102,7 +102,7 @@ MNIST = RecordSchema(
     "mnist", image="image_raw", shape_keys=("height", "width", "depth"), label="label",
     signature=("image_raw", "depth"))
 
-PRESETS = {s.name: s for s in (QUEUEKIT, SEED, INCEPTION, SLIM, MNIST)}
+SCHEMAS = {s.name: s for s in (QUEUEKIT, SEED, INCEPTION, SLIM, MNIST)}
 # Most specific first: queuekit's files also have the seed's features.
 _DETECT_ORDER = (QUEUEKIT, SEED, MNIST, INCEPTION, SLIM)
 
@@ -122,9 +122,9 @@ def resolve(schema) -> RecordSchema | None:
         return None
     if isinstance(schema, RecordSchema):
         return schema
-    if isinstance(schema, str) and schema in PRESETS:
-        return PRESETS[schema]
-    raise ValueError(f"schema must be 'auto', one of {sorted(PRESETS)} or a "
+    if isinstance(schema, str) and schema in SCHEMAS:
+        return SCHEMAS[schema]
+    raise ValueError(f"schema must be 'auto', one of {sorted(SCHEMAS)} or a "
                      f"queuekit.RecordSchema, not {schema!r}")
 
 

@@ -29,7 +29,7 @@ _NO_COPY_RANGE = (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP)
 
 def encode_record(task) -> tuple[bytes | None, str | None]:
     """One image -> (the framed TFRecord bytes, None), or (None, why it was skipped)."""
-    path, size, encoding, label, label_text, filename = task
+    path, size, encoding, label, label_text, filename, schema = task
     try:
         data = encode(load_rgb_image(path, size), encoding)
     except ValueError as e:
@@ -37,7 +37,7 @@ def encode_record(task) -> tuple[bytes | None, str | None]:
     except MemoryError:
         return None, "out of memory while decoding"
     return frame(make_example(data, label=label, height=size[0], width=size[1], fmt=encoding,
-                              label_text=label_text, filename=filename)), None
+                              label_text=label_text, filename=filename, schema=schema)), None
 
 
 def _encode_chunk(tasks, chunk_path: str) -> list[tuple[int | None, str | None]]:

@@ -23,7 +23,7 @@ from queuekit.records.commit import (
     previous_dataset,
     remove_stale,
 )
-from queuekit.records.example import FORMATS
+from queuekit.records.encode import FORMATS, WRITE_SCHEMAS
 from queuekit.records.files import temp_beside
 from queuekit.records.folder import ImageFolder, scan_image_folder
 from queuekit.records.images import MAX_PIXELS
@@ -69,8 +69,9 @@ def labels_path(output: str) -> str:
     return output + ".labels.txt"
 
 
-def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str = "raw",
-                    shards: int = 1, workers: int | None = None, overwrite: bool = False,
+def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str | None = None,
+                    schema: str = "queuekit", shards: int = 1, workers: int | None = None,
+                    overwrite: bool = False,
                     strict: bool = False, progress: bool = True,
                     start_method: str | None = None) -> WriteReport:
     """Write the images of a class-per-folder tree to TFRecord file(s).
@@ -79,7 +80,11 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str = "r
         source: a folder path or an :class:`ImageFolder` (from :func:`scan_image_folder`).
         output: the output path; with ``shards > 1`` the shard names are derived from it.
         image_size: (height, width) every image is resized to, after becoming RGB.
-        encoding: ``raw`` (the seed's format: raw RGB bytes), ``jpeg`` or ``png``.
+        encoding: ``raw`` (the seed's format: raw RGB bytes), ``jpeg`` or ``png``;
+            None is raw for the queuekit layout, jpeg for the inception one.
+        schema: ``queuekit`` (a superset of the seed's features) or
+            ``inception``: the features of Inception's ``build_image_data.py``
+            (labels stored from 1), which Slim and Inception trainers read.
         shards: number of output files; the i-th record written (in folder order)
             goes to shard i % shards.
         workers: decode/resize processes; None means one per core. The output bytes do
@@ -104,8 +109,15 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str = "r
         OutputExistsError: an output exists and ``overwrite`` is False.
         ImageDecodeError: with ``strict``, the first unreadable image.
     """
+    if schema not in WRITE_SCHEMAS:
+        raise DatasetError(f"schema must be one of {WRITE_SCHEMAS}, not {schema!r}")
+    if encoding is None:
+        encoding = "jpeg" if schema == "inception" else "raw"
     if encoding not in FORMATS:
         raise DatasetError(f"encoding must be one of {FORMATS}, not {encoding!r}")
+    if schema == "inception" and encoding == "raw":
+        raise DatasetError("the inception layout holds encoded images: use encoding jpeg "
+                           "or png")
     if shards < 1:
         raise DatasetError(f"shards must be at least 1, not {shards}")
     height, width = _size(image_size)
@@ -134,7 +146,7 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str = "r
     per_shard = [0] * shards
     written = size = 0
     tasks = [(path, (height, width), encoding, folder.labels[i],
-              folder.class_names[folder.labels[i]], folder.relative(i))
+              folder.class_names[folder.labels[i]], folder.relative(i), schema)
              for i, path in enumerate(folder.paths)]
     try:
         temps = [temp_beside(final) for final in finals]
@@ -148,7 +160,7 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str = "r
                 src = os.open(chunk_path, os.O_RDONLY)
                 try:
                     done = zip(part, results, strict=True)
-                    for (path, _, _, _, class_name, _), (length, reason) in done:
+                    for (path, _, _, _, class_name, _, _), (length, reason) in done:
                         bar.update()
                         if length is None:
                             if strict:
@@ -175,7 +187,8 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str = "r
         with open(temps[shards + 1], "w", encoding="utf-8", errors="surrogateescape") as f:
             f.write(manifest_text(shards=finals[:shards], records=per_shard,
                                   labels=finals[shards], classes=list(folder.class_names),
-                                  image_size=(height, width), encoding=encoding))
+                                  image_size=(height, width), encoding=encoding,
+                                  schema=schema))
         commit(list(zip(temps, finals, strict=True)), previous)  # the manifest last
         temps = []
     finally:

@@ -254,7 +254,7 @@ class QueueSession(SessionInterface):
                                 reads=self._reads(fetches))
 
     def iterate(self, fetches, feed_dict=None) -> Iterator[Any]:
-        """Yield ``run(fetches, feed_dict)`` until end of data or a stop request."""
+        """Yield ``run(fetches, feed_dict)`` until end of data, a stop request or an error."""
         self._check_open()
         while not self.should_stop():
             try:
@@ -262,6 +262,7 @@ class QueueSession(SessionInterface):
             except EndOfData:
                 return
             yield value
+        self._policy.raise_pending(None)
 
     # -- starting ------------------------------------------------------------
     def _check_open(self) -> None:
