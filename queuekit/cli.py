@@ -133,6 +133,9 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--threads", type=ints, default=[1, 2])
     p.add_argument("--read-many", type=counts_from_zero, default=[0, 64])
     p.add_argument("--batch-size", type=positive, default=32)
+    p.add_argument("--image-size", type=size, default=None,
+                   help="N or HEIGHTxWIDTH to resize encoded images to (JPEG photos of "
+                        "different sizes, as in Inception's records)")
     p.add_argument("--shuffle", action="store_true")
     p.add_argument("--seconds", type=number(0, strict=True), default=5.0)
     p.add_argument("--warmup-batches", type=non_negative, default=20)
@@ -174,12 +177,13 @@ def _run_bench(args) -> int:
         if path:
             check_writable(path)
     if args.files:
+        from queuekit.pipelines.decode import DecodeOptions
         from queuekit.pipelines.layout import record_layout
         from queuekit.records.files import check_files, expand_files
 
         files = expand_files(args.files)
         check_files(files)
-        record_layout(files)
+        record_layout(files, decode=DecodeOptions(args.image_size))
     with tempfile.TemporaryDirectory(prefix="queuekit-bench-") as tmp:
         files = args.files
         if args.synthetic:
@@ -192,6 +196,7 @@ def _run_bench(args) -> int:
                               batch_size=args.batch_size, shuffle=args.shuffle,
                               seconds=args.seconds, warmup_batches=args.warmup_batches,
                               repeat=args.repeat, step_ms=args.step_ms, compare=compare,
+                              image_size=args.image_size,
                               progress=_progress(args))
     print(report.table())
     if args.json:

@@ -385,3 +385,13 @@ def test_make_inception_feeds_the_inception_parser_and_reads_back_like_queuekit(
     exported = qk.export_images([str(out)], tmp_path / "exported", progress=False)
     assert exported.count == len(a)
     assert qk.inspect_tfrecords([str(out)]).schemas == {"inception": len(a)}
+
+
+def test_bench_runs_on_inception_photos_of_many_sizes(tmp_path):
+    """bench's rows (queuekit and tf.data) read an Inception dataset with image_size."""
+    images = [RNG.integers(0, 256, (20 + 3 * i, 30, 3), dtype=np.uint8) for i in range(8)]
+    path = write_inception(tmp_path / "train", images, [0] * 8, ["x"] * 8, ["a"] * 8)
+    report = qk.benchmark(path, readers=(1,), image_size=(16, 16), batch_size=4,
+                          seconds=0.3, repeat=1, warmup_batches=1, compare=("tfdata",))
+    assert [r.error for r in report.rows] == [None, None]
+    assert all(r.records_per_s > 0 for r in report.rows)

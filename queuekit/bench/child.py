@@ -27,16 +27,18 @@ def _graph(spec):
     tf = _tf()
     v1 = tf.compat.v1
     from queuekit.pipelines.builders import quiet_deprecations, tfrecord_batches
+    from queuekit.pipelines.decode import DecodeOptions
     from queuekit.pipelines.layout import record_layout
 
     graph = tf.Graph()
     with graph.as_default():
         files, bs = spec["files"], spec["batch_size"]
-        layout = record_layout(files)
+        size = spec.get("image_size")
+        layout = record_layout(files, decode=DecodeOptions(size and tuple(size)))
         if spec["kind"] in ("queuekit", "hand-written"):
             b = tfrecord_batches(files, batch_size=bs, shuffle=spec["shuffle"],
                                  num_readers=spec["readers"], num_threads=spec["threads"],
-                                 read_many=spec["read_many"])
+                                 read_many=spec["read_many"], image_size=size)
         elif spec["kind"] == "tf.data":
             def parse(ser):
                 img, label = _parse_normalised(ser, layout)

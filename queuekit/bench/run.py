@@ -40,13 +40,15 @@ def machine_info() -> dict:
 
 def benchmark(files, *, readers=(1, 2, 4), threads=(1,), read_many=(None,), batch_size=32,
               shuffle=False, seconds=5.0, warmup_batches=20, repeat=3, step_ms=0.0,
-              compare=("tfdata", "seed"), progress=False, on_row=None) -> BenchReport:
+              compare=("tfdata", "seed"), image_size=None, progress=False,
+              on_row=None) -> BenchReport:
     """Measure every configuration of the grid, each in its own process.
 
     Args:
         files: TFRecord files (path, glob, directory or list).
         readers, threads, read_many: the grid; every combination is one row.
-        batch_size, shuffle: as in :func:`~queuekit.tfrecord_batches`.
+        batch_size, shuffle, image_size: as in :func:`~queuekit.tfrecord_batches`
+            (``image_size`` for encoded images of different sizes: Inception's).
         seconds, repeat: ``repeat`` windows of ``seconds``; rows report medians.
         warmup_batches: batches discarded before measuring.
         step_ms: a simulated training step per batch (a sleep on the consumer side).
@@ -73,7 +75,8 @@ def benchmark(files, *, readers=(1, 2, 4), threads=(1,), read_many=(None,), batc
         for kind, r, t, k in tqdm(configs, desc="bench", disable=not progress, file=sys.stderr):
             spec = dict(kind=kind, readers=r, threads=t, read_many=k, files=files,
                         batch_size=batch_size, shuffle=shuffle, seconds=seconds,
-                        warmup_batches=warmup_batches, repeat=repeat, step_ms=step_ms)
+                        warmup_batches=warmup_batches, repeat=repeat, step_ms=step_ms,
+                        image_size=image_size)
             row = _in_child(spec)
             report.rows.append(row)
             log.debug("bench row done: %s: %s", row.label, row.error or

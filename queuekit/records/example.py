@@ -1,10 +1,11 @@
-"""queuekit's record format as ``tf.train.Example`` bytes: encoding and decoding.
+"""Image records as ``tf.train.Example`` bytes: decoding any known layout to pixels and label.
 
-Record format: the seed script's ``label`` (int64) and ``img_raw`` (raw RGB
-bytes), plus self-describing features its parser ignores: ``height``,
-``width``, ``channels``, ``format`` (raw/jpeg/png), ``label_text``,
-``filename``. Files with only ``label`` and ``img_raw`` are seed files and
-decode as 256x256x3 raw.
+queuekit's record format: the seed script's ``label`` (int64) and ``img_raw``
+(raw RGB bytes), plus self-describing features its parser ignores:
+``height``, ``width``, ``channels``, ``format`` (raw/jpeg/png),
+``label_text``, ``filename``. Files with only ``label`` and ``img_raw`` are
+seed files and decode as 256x256x3 raw. :func:`decode_example` decodes every
+layout of :mod:`queuekit.records.schema`.
 
 The encoder lives in :mod:`queuekit.records.encode` (plain Python, no
 TensorFlow: ``make``'s worker processes use it); this module decodes.
