@@ -37,11 +37,19 @@ def _encoded(pixels, fmt):
     return buf.getvalue()
 
 
-def write_inception(path, images, labels, names, texts, *, fmt="JPEG", bbox=False):
-    """build_image_data.py's _convert_to_example (build_imagenet_data.py's with ``bbox``)."""
+def write_inception(path, images, labels, names, texts, *, fmt="JPEG", bbox=False,
+                    broken=()):
+    """build_image_data.py's _convert_to_example (build_imagenet_data.py's with ``bbox``).
+
+    The images whose index is in ``broken`` keep their header and lose their data.
+    """
     with tf.io.TFRecordWriter(str(path)) as w:
-        for pixels, label, name, text in zip(images, labels, names, texts, strict=True):
+        for i, (pixels, label, name, text) in enumerate(zip(images, labels, names, texts,
+                                                             strict=True)):
             h, w_ = pixels.shape[:2]
+            data = _encoded(pixels, fmt)
+            if i in broken:
+                data = data[:200] + bytes(len(data) - 200)
             feature = {
                 "image/height": _int64(h), "image/width": _int64(w_),
                 "image/colorspace": _bytes(b"RGB"), "image/channels": _int64(3),
@@ -49,7 +57,7 @@ def write_inception(path, images, labels, names, texts, *, fmt="JPEG", bbox=Fals
                 "image/class/text": _bytes(text.encode()),
                 "image/format": _bytes(fmt.encode()),
                 "image/filename": _bytes(os.path.basename(name).encode()),
-                "image/encoded": _bytes(_encoded(pixels, fmt))}
+                "image/encoded": _bytes(data)}
             if bbox:
                 feature.update({
                     "image/class/synset": _bytes(b"n0000%d" % label),
@@ -143,6 +151,18 @@ def test_inception_jpegs_of_many_sizes_resized_and_bboxes_passed_through(tmp_pat
     counts = np.bincount(xmin.indices[:, 0], minlength=6)
     assert list(counts) == [1 + x % 2 for x in labels]
     assert [s.decode() for s in batch["synset"]] == [f"n0000{x}" for x in labels]
+
+
+def test_a_broken_jpeg_inside_a_record_is_named_by_file_and_record(tmp_path):
+    """TF's decode error names no record; the runner's error gets a note that does."""
+    path = write_inception(tmp_path / "train", _images(5, (16, 16, 3)), [0] * 5, ["x"] * 5,
+                           ["a"] * 5, broken={3})
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+        with qk.QueueSession() as qs:
+            for _ in qs.iterate(qk.tfrecord_batches(path, batch_size=1, num_epochs=1)):
+                pass
+    notes = " ".join(info.value.__notes__)
+    assert f"the record that failed to decode is {path}: record 3 at byte offset" in notes
 
 
 def test_random_crop_decodes_a_window_of_the_requested_size(tmp_path):

@@ -16,7 +16,9 @@ import time
 
 import tensorflow as tf
 
-from queuekit.records.tfrecord import Corruption, has_records, record_at
+from queuekit.records.example import first_value
+from queuekit.records.schema import detect
+from queuekit.records.tfrecord import Corruption, Record, has_records, record_at, scan_records
 from queuekit.session.reads import READER_OPS, ancestors, queue_op
 
 log = logging.getLogger(__name__)
@@ -141,19 +143,57 @@ def image_file_note(graph: tf.Graph, op: tf.Operation, error: tf.errors.OpError)
     if not tf.executing_eagerly():
         return None  # eager is off in this program: checking would only build ops
     try:
-        files = upstream_files(graph, [op])
+        records = reader_files(graph, [op])
+        files = [] if records else upstream_files(graph, [op])
     except Exception:  # noqa: BLE001 - a diagnosis must never hide the error itself
         log.debug("could not list the upstream files", exc_info=True)
         return None
     deadline = time.monotonic() + _DECODE_BUDGET_SECS
+    if records:  # the images are inside records: find the record
+        return _undecodable_record(records, deadline)
     for path in files:
         if time.monotonic() > deadline:
             return f"queuekit: no undecodable image among the first files checked of {len(files)}"
         try:
             tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
         except tf.errors.OpError as e:
-            reason = ((e.message or "").strip().splitlines() or [""])[0]
+            reason = _first_line(e)
             return f"queuekit: the image that failed to decode is {path} ({reason})"
+    return None
+
+
+_EAGER_NOISE = re.compile(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\].*$")
+
+
+def _first_line(error: tf.errors.OpError) -> str:
+    """TensorFlow's reason, without its eager wrapper's node names."""
+    line = ((error.message or "").strip().splitlines() or [""])[0]
+    return _EAGER_NOISE.sub("", line).strip()
+
+
+def _undecodable_record(files, deadline) -> str | None:
+    """The first record of ``files`` (in a known layout) whose image TensorFlow cannot decode."""
+    for path in files:
+        for item in scan_records(path):
+            if time.monotonic() > deadline:
+                return "queuekit: no undecodable record found in the time given to the search"
+            if not isinstance(item, Record):
+                continue
+            try:
+                feats = tf.train.Example.FromString(item.data).features.feature
+            except Exception:  # noqa: BLE001 - protobuf's DecodeError: not ours to judge here
+                continue
+            schema = detect(feats)
+            image = None if schema is None else first_value(feats, schema.image)
+            if image is None or (schema is not None and schema.format_key is None
+                                 and schema.encoding == "raw"):
+                continue
+            try:
+                tf.io.decode_image(image, channels=3, expand_animations=False)
+            except tf.errors.OpError as e:
+                reason = _first_line(e)
+                return (f"queuekit: the record that failed to decode is {path}: record "
+                        f"{item.index} at byte offset {item.offset} ({reason})")
     return None
 
 
