@@ -209,6 +209,22 @@ def test_slim_labels_start_at_zero(tmp_path):
     assert qk.record_layout([path]).schema.name == "slim"
 
 
+def test_an_unlabelled_set_gives_batches_without_label(tmp_path):
+    """A test split written without labels (Slim's layout minus the label) still reads."""
+    path = str(tmp_path / "test.tfrecord")
+    images = _images(3, (8, 8, 3))
+    with tf.io.TFRecordWriter(path) as w:
+        for im in images:
+            w.write(tf.train.Example(features=tf.train.Features(feature={
+                "image/encoded": _bytes(_encoded(im, "PNG")), "image/format": _bytes(b"png"),
+                "image/height": _int64(8), "image/width": _int64(8)})).SerializeToString())
+    with qk.QueueSession() as qs:
+        (x,) = list(qs.iterate(qk.tfrecord_batches(path, batch_size=3, num_epochs=1,
+                                                   normalize=False)))
+    assert "label" not in x
+    np.testing.assert_array_equal(x["image"], np.stack(images))
+
+
 def test_an_unknown_layout_lists_its_features_and_how_to_declare_one(tmp_path):
     path = str(tmp_path / "mine.tfrecords")
     with tf.io.TFRecordWriter(path) as w:

@@ -107,6 +107,10 @@ def record_layout(files, image_shape=None, schema="auto",
     if chosen.image not in feats:
         raise DatasetError(f"{path}: record 0 has no {chosen.image!r} feature for the "
                            f"{chosen.describe()} ({how_to_declare(feats)})")
+    if chosen.label is not None and chosen.label not in feats:
+        log.info("%s: record 0 has no %r label feature: the batches have no 'label' "
+                 "(an unlabelled set)", path, chosen.label)
+        chosen = chosen.replace(label=None)
     fmt = _format(first_value(feats, chosen.format_key) if chosen.format_key else None,
                   chosen.encoding)
     if fmt == "raw":
