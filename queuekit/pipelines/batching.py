@@ -10,12 +10,41 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 
 import tensorflow as tf
 
 _v1 = tf.compat.v1
 # Default queue memory: elements of the batch queue, in bytes of uint8 images.
 QUEUE_BYTES = 64 * 2**20
+# Queues whose runners a QueueSession tunes (queuekit.session.tuner reads it; the two
+# parts do not import each other, tests/test_tuner.py checks they agree).
+AUTOTUNE_COLLECTION = "queuekit_autotune"
+
+
+def default_max_threads() -> int:
+    """The most reader threads ``"auto"`` builds: the number of cores, at most 8."""
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+def resolve_count(name: str, value, maximum: int | None) -> tuple[int, bool]:
+    """(threads to build, tuned?) for a count that is an int or ``"auto"``."""
+    if value == "auto":
+        n = default_max_threads() if maximum is None else int(maximum)
+        if n < 1:
+            raise ValueError(f"max_readers must be at least 1, not {maximum}")
+        return n, n > 1
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an int or 'auto', not {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1, not {value}")
+    return value, False
+
+
+def mark_tuned() -> None:
+    """Name the batch queue just built (the last runner added) for the session's tuner."""
+    runner = tf.compat.v1.get_collection(_v1.GraphKeys.QUEUE_RUNNERS)[-1]
+    tf.compat.v1.add_to_collection(AUTOTUNE_COLLECTION, runner.queue.queue_ref.op.name)
 
 
 @contextlib.contextmanager
@@ -38,18 +67,20 @@ class Batching:
     num_epochs: int | None = None
     shuffle: bool = False
     seed: int | None = None
-    num_readers: int = 1
+    num_readers: int | str = 1
     num_threads: int = 1
     read_many: int | None = None
     capacity: int | None = None
     min_after_dequeue: int | None = None
     allow_smaller_final_batch: bool | None = None
     normalize: bool = True
+    max_readers: int | None = None  # with num_readers="auto"
 
     def __post_init__(self):
-        for name in ("batch_size", "num_readers", "num_threads"):
+        for name in ("batch_size", "num_threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        resolve_count("num_readers", self.num_readers, self.max_readers)
         if self.read_many is not None and self.read_many < 1:
             raise ValueError(f"read_many must be at least 1 (or None), not {self.read_many}")
 
@@ -81,7 +112,8 @@ def file_batches(files, read, opts: Batching, *, name: str):
     with quiet_deprecations(), tf.name_scope(name):
         filename_queue = _v1.train.string_input_producer(
             files, num_epochs=opts.num_epochs, shuffle=opts.shuffle, seed=opts.seed)
-        readers = [read(filename_queue) for _ in range(opts.num_readers)]
+        n_readers, tuned = resolve_count("num_readers", opts.num_readers, opts.max_readers)
+        readers = [read(filename_queue) for _ in range(n_readers)]
         element_bytes = check_static_shapes(readers[0], many=bool(opts.read_many))
         capacity = capacity_for(opts.capacity, opts.batch_size, element_bytes, opts.read_many)
         min_after = None
@@ -94,6 +126,8 @@ def file_batches(files, read, opts: Batching, *, name: str):
                            seed=opts.seed, capacity=capacity, min_after_dequeue=min_after,
                            allow_smaller=allow_smaller, enqueue_many=bool(opts.read_many),
                            num_threads=opts.num_threads)
+        if tuned:
+            mark_tuned()
         return finish(batch, opts.normalize)
 
 

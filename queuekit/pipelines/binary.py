@@ -70,11 +70,12 @@ def check_sizes(files, record_bytes: int, header_bytes: int, footer_bytes: int) 
 def fixed_length_batches(files, layout="cifar10", *, record_bytes: int | None = None,
                          header_bytes: int | None = None, footer_bytes: int | None = None,
                          parse_fn=None, batch_size: int = 32, num_epochs: int | None = None,
-                         shuffle: bool = False, seed: int | None = None, num_readers: int = 1,
+                         shuffle: bool = False, seed: int | None = None, num_readers: int | str = 1,
                          num_threads: int = 1, read_many: int | None = None,
                          capacity: int | None = None, min_after_dequeue: int | None = None,
                          allow_smaller_final_batch: bool | None = None,
-                         normalize: bool = True, name: str | None = None):
+                         normalize: bool = True, max_readers: int | None = None,
+                         name: str | None = None):
     """Batches of ``image`` (HWC) and ``label`` from fixed-length binary files (CIFAR-10's).
 
     Args:
@@ -93,7 +94,8 @@ def fixed_length_batches(files, layout="cifar10", *, record_bytes: int | None = 
         DatasetError: the files hold no records.
     """
     opts = Batching(batch_size, num_epochs, shuffle, seed, num_readers, num_threads, read_many,
-                    capacity, min_after_dequeue, allow_smaller_final_batch, normalize)
+                    capacity, min_after_dequeue, allow_smaller_final_batch, normalize,
+                    max_readers)
     if parse_fn is None:
         layout = _layout(layout)
         if record_bytes is not None and record_bytes != layout.record_bytes:

@@ -21,8 +21,10 @@ from queuekit.pipelines.batching import (
     file_batches,
     finish,
     make_batch,
+    mark_tuned,
     normalized,
     quiet_deprecations,
+    resolve_count,
     shuffle_sizes,
 )
 from queuekit.pipelines.decode import DecodeOptions, resized
@@ -57,13 +59,14 @@ def _compression(files, compression) -> str:
 
 
 def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = None,
-                     shuffle: bool = False, seed: int | None = None, num_readers: int = 1,
+                     shuffle: bool = False, seed: int | None = None, num_readers: int | str = 1,
                      num_threads: int = 1, read_many: int | None = None,
                      capacity: int | None = None, min_after_dequeue: int | None = None,
                      allow_smaller_final_batch: bool | None = None,
                      image_shape=None, normalize: bool = True, check_framing: bool = True,
                      schema="auto", parse_fn=None, compression: str = "auto",
                      image_size=None, dct_method: str = "", random_crop=None,
+                     max_readers: int | None = None,
                      name: str | None = None) -> dict[str, tf.Tensor]:
     """Batches of ``image`` and ``label`` (and the schema's extras: ``label_text``...).
 
@@ -75,7 +78,10 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         num_epochs: passes over the data; None repeats forever.
         shuffle: shuffle the file order and use a ``shuffle_batch`` queue.
         seed: seed of both shuffles (and of ``random_crop``).
-        num_readers: parallel ``TFRecordReader`` ops (``batch_join``).
+        num_readers: parallel ``TFRecordReader`` ops (``batch_join``), or
+            ``"auto"``: ``max_readers`` of them (default: the cores, at most 8),
+            of which a :class:`~queuekit.QueueSession` keeps only as many
+            running as raise the rate (``qs.tuning()``).
         num_threads: enqueue threads per reader.
         read_many: read up to this many records per step (``read_up_to`` +
             batched ``parse_example`` + ``enqueue_many``); None reads one.
@@ -102,6 +108,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
             and not exact).
         random_crop: (min, max) area fraction of a random crop taken before
             the resize, decoding only the window (``decode_and_crop_jpeg``).
+        max_readers: with ``num_readers="auto"``.
         name: name scope.
 
     Raises:
@@ -110,7 +117,8 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         CorruptRecordError: a file's framing is broken (``check_framing``).
     """
     opts = Batching(batch_size, num_epochs, shuffle, seed, num_readers, num_threads, read_many,
-                    capacity, min_after_dequeue, allow_smaller_final_batch, normalize)
+                    capacity, min_after_dequeue, allow_smaller_final_batch, normalize,
+                    max_readers)
     files = expand_files(files)
     kind = _compression(files, compression)
     if check_framing:
@@ -152,8 +160,9 @@ def _read(filename_queue, layout: RecordLayout, read_many, compression):
 
 def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
                          num_epochs: int | None = None, shuffle: bool = False,
-                         seed: int | None = None, num_threads: int = 1,
+                         seed: int | None = None, num_threads: int | str = 1,
                          capacity: int | None = None, normalize: bool = True,
+                         max_threads: int | None = None,
                          name: str | None = None) -> dict[str, tf.Tensor]:
     """Batches read straight from a class-per-folder image tree.
 
@@ -162,9 +171,12 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
     channels (first frame of animations), resize to ``image_size`` = (height,
     width). Only formats TensorFlow decodes are listed (jpg, png, gif, bmp);
     an alpha channel is dropped, not composited (``make`` composites it).
-    Returns ``image``, ``label`` and ``filename``.
+    Returns ``image``, ``label`` and ``filename``. ``num_threads="auto"`` builds
+    ``max_threads`` (default: the cores, at most 8) and lets the session's
+    tuner keep only as many running as raise the rate.
     """
-    Batching(batch_size=batch_size, num_threads=num_threads)  # checks the counts
+    Batching(batch_size=batch_size)  # checks the count
+    num_threads, tuned = resolve_count("num_threads", num_threads, max_threads)
     folder = source if isinstance(source, ImageFolder) else scan_image_folder(
         source, extensions=TF_IMAGE_EXTENSIONS)
     h, w = _pair(image_size)
@@ -194,6 +206,8 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
                        capacity=capacity, min_after_dequeue=min_after,
                        allow_smaller=num_epochs is not None, enqueue_many=False,
                        num_threads=num_threads)
+        if tuned:
+            mark_tuned()
         return finish(batch, normalize)
 
 

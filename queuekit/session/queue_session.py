@@ -19,6 +19,7 @@ from queuekit.session.run_state import RunState
 from queuekit.session.runners import QueueStat
 from queuekit.session.start import Initializer, default_config, program_graph
 from queuekit.session.threads import SessionThreads
+from queuekit.session.tuner import Tuning
 
 try:  # what Saver.save checks: TF's own base of Session, stable since TF 1.0
     from tensorflow.python.client.session import SessionInterface
@@ -77,14 +78,14 @@ class QueueSession(SessionInterface):
         On exit (normal, exception, Ctrl-C) it requests stop, closes every queue
         with ``cancel_pending_enqueues=True`` so blocked threads wake, joins all
         threads within ``stop_grace_secs`` and closes the session. Threads still
-        alive after that are named in :class:`ShutdownTimeout` (or a warning
-        when the body already raised), and the session is left open, because
-        closing it would block on their running step.
+        alive then are named in :class:`ShutdownTimeout` (a warning when the
+        body raised), and the session is left open: closing it would block.
 
-    Ctrl-C:
-        While the session is active in the main thread, SIGINT closes the
-        queues even when the main thread is blocked inside a dequeue, and the
-        blocked run raises a plain ``KeyboardInterrupt``.
+    Ctrl-C: while the session is active in the main thread, SIGINT closes the
+    queues even under a blocked dequeue, which raises ``KeyboardInterrupt``.
+
+    Autotune: a ``num_readers="auto"`` runner gets a tuner thread that sets
+    how many of its threads run (:meth:`tuning`, :mod:`queuekit.session.tuner`).
 
     Args:
         graph: the graph to run (see *The graph*).
@@ -166,12 +167,9 @@ class QueueSession(SessionInterface):
 
     @property
     def session(self) -> Any:
-        """The underlying ``tf.compat.v1.Session``, created on first use.
-
-        Runs made on it directly bypass the policy (no end-of-data, error or
-        stall handling, no hooks). With a ``session_creator`` this starts the
-        session, as the creator must run after the hooks' ``begin``.
-        """
+        """The underlying ``tf.compat.v1.Session``, created on first use (with a
+        ``session_creator``, by starting: it runs after the hooks' ``begin``). Runs
+        on it bypass the policy: no end-of-data, error or stall handling, no hooks."""
         if self._sess is None:
             self._check_open()
             if self._creator is not None:
@@ -196,6 +194,10 @@ class QueueSession(SessionInterface):
         """Name, current size, capacity and closed state of every queue that has a runner."""
         return self._threads.runners.stats() if self._threads else []
 
+    def tuning(self) -> dict[str, Tuning]:
+        """Per ``"auto"`` queue: active thread count, maximum and the tuner's decisions."""
+        return self._threads.tuning() if self._threads else {}
+
     def should_stop(self) -> bool:
         """True once the input ended, a stop was requested or a thread failed."""
         return (self._policy.ended or self._hook_stop or self._closed
@@ -211,10 +213,8 @@ class QueueSession(SessionInterface):
         self._threads.coord.request_stop(info)
 
     def start(self) -> QueueSession:
-        """Create (restore, initialise) the session and start the threads now; idempotent.
-
-        The first :meth:`run` does this when it has not been done.
-        """
+        """Create (restore, initialise) the session and start the threads now (idempotent;
+        the first :meth:`run` does it otherwise)."""
         self._ensure_started()
         return self
 

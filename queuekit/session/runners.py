@@ -21,6 +21,7 @@ from queuekit.errors import add_note
 from queuekit.session.diagnose import corrupt_file_note, image_file_note
 from queuekit.session.queue_ops import GraphQueueOps
 from queuekit.session.reads import queues_read
+from queuekit.session.tuner import Gate
 
 log = logging.getLogger(__name__)
 
@@ -81,13 +82,18 @@ class RunnerSet:
         self.failure: RunnerFailure | None = None
         # monotonic time of the last completed enqueue, per queue: "is the input moving?"
         self.progress: dict[str, float] = {}
+        self.enqueues: dict[str, int] = {}  # completed enqueues per queue (the tuner's rate)
+        self.gates: dict[str, Gate] = {}  # queue -> the gate of its tuned runner
         self._cancelled = False
 
-    def start(self, runners) -> None:
+    def start(self, runners, gates: dict[str, Gate] | None = None) -> None:
         """Start one named daemon thread per enqueue op of each runner not started yet.
 
         The runners' helper ops must exist already (``GraphQueueOps.update``).
+        ``gates`` maps a queue to the :class:`~queuekit.session.tuner.Gate` its
+        runner's threads wait on between enqueues.
         """
+        self.gates.update(gates or {})
         for qr in runners:
             if id(qr) in self._started:
                 continue
@@ -99,20 +105,29 @@ class RunnerSet:
                 self._queue_names.append(_queue_name(qr))
             for i, op in enumerate(qr.enqueue_ops):
                 name = f"queuekit-runner-{_queue_name(qr)}-{i}"
-                t = threading.Thread(target=self._run, args=(qr, op, name), name=name, daemon=True)
+                t = threading.Thread(target=self._run, args=(qr, op, name, i), name=name,
+                                     daemon=True)
                 self.threads.append(t)
                 t.start()
 
     # -- the thread ----------------------------------------------------------
-    def _run(self, qr, enqueue_op, name: str) -> None:
+    def _run(self, qr, enqueue_op, name: str, index: int) -> None:
         closed_cleanly = False
         try:
             enqueue = self._sess.make_callable(enqueue_op)
             queue = _queue_name(qr)
+            gate = self.gates.get(queue)
+            self.enqueues.setdefault(queue, 0)
             while not self._coord.should_stop():
+                if gate is not None:
+                    gate.wait(index)  # paused between enqueues, never inside one
+                    if self._coord.should_stop():
+                        break
                 try:
                     enqueue()
                 except qr.queue_closed_exception_types:
+                    if gate is not None:
+                        gate.open()  # paused readers finish their files before the end
                     # Our input is exhausted: the last thread of this runner closes its queue,
                     # so the consumer sees end of data once the queue is drained.
                     with self._lock:
@@ -123,6 +138,7 @@ class RunnerSet:
                         self._run_quietly(qr.close_op)
                     return
                 self.progress[queue] = time.monotonic()
+                self.enqueues[queue] += 1  # a lost update under a race only blurs a rate
         except Exception as e:  # noqa: BLE001 - every runner error must reach the caller
             if self._coord.should_stop() and isinstance(
                     e, (tf.errors.CancelledError, tf.errors.OutOfRangeError)):
@@ -197,8 +213,14 @@ class RunnerSet:
         """Close every queue with ``cancel_pending_enqueues=True``; idempotent."""
         with self._lock:
             self._cancelled = True
+        self.open_gates()
         for h in self._ops.handles():
             self._run_quietly(h.cancel)
+
+    def open_gates(self) -> None:
+        """Wake every paused thread (it then sees the stop and ends)."""
+        for gate in self.gates.values():
+            gate.open()
 
     @property
     def cancelled(self) -> bool:
@@ -225,6 +247,20 @@ class RunnerSet:
 
     def live_count(self) -> int:
         return sum(t.is_alive() for t in self.threads)
+
+    def fill(self, queue: str) -> float | None:
+        """How full one runner queue is now (0 to 1), or None when it cannot be read in time."""
+        handles = [h for h in self._ops.handles([queue]) if h.size is not None and h.capacity]
+        if not handles or not handles[0].capacity:
+            return None
+        try:
+            size = self._sess.run(handles[0].size, options=tf.compat.v1.RunOptions(
+                timeout_in_ms=_SMALL_OP_TIMEOUT_MS))
+        except Exception:  # noqa: BLE001 - a closed or starved session: unknown
+            return None
+        # A shuffle queue never gives its last min_after_dequeue: its fill starts there.
+        floor = handles[0].min_after_dequeue
+        return min(1.0, max(0.0, (int(size) - floor) / max(1, handles[0].capacity - floor)))
 
     def stats(self) -> list[QueueStat]:
         """Size and capacity of every runner queue, read with a deadline."""

@@ -11,6 +11,8 @@ be closed, because closing it under a running step would block.
 
 from __future__ import annotations
 
+import os
+
 import tensorflow as tf
 
 from queuekit.session.diagnose import empty_files
@@ -19,6 +21,7 @@ from queuekit.session.queue_ops import queue_ops
 from queuekit.session.run_state import RunState
 from queuekit.session.runners import RunnerSet
 from queuekit.session.stall import StallWatch
+from queuekit.session.tuner import AUTOTUNE_COLLECTION, Gate, Tuner, Tuning
 
 
 class SessionThreads:
@@ -37,6 +40,7 @@ class SessionThreads:
                                      self.wake, self._describe_stall)
             self._watch.start()
         self._n_runners = 0
+        self._tuners: list[Tuner] = []
 
     def start_new_runners(self) -> bool:
         """Start the graph's queue runners not started yet; True if there were any."""
@@ -44,9 +48,25 @@ class SessionThreads:
         if len(runners) == self._n_runners:
             return False
         queue_ops(self._graph).update(runners)
-        self.runners.start(runners)
+        tuned = {os.fsdecode(n) for n in self._graph.get_collection(AUTOTUNE_COLLECTION)}
+        tuners = []
+        for qr in runners[self._n_runners:]:
+            name = qr.queue.queue_ref.op.name
+            if name in tuned and name not in self.runners.gates and len(qr.enqueue_ops) > 1:
+                gate = Gate(len(qr.enqueue_ops), 1)
+                tuners.append(Tuner(name, gate, self.coord,
+                                    lambda q=name: self.runners.enqueues.get(q, 0),
+                                    lambda q=name: self.runners.fill(q)))
+        self.runners.start(runners, {t.queue: t.gate for t in tuners})
+        for t in tuners:
+            t.thread.start()
+        self._tuners += tuners
         self._n_runners = len(runners)
         return True
+
+    def tuning(self) -> dict[str, Tuning]:
+        """Per tuned queue: the active thread count now, and the tuner's decisions."""
+        return {t.queue: t.tuning() for t in self._tuners}
 
     def has_new_runners(self) -> bool:
         runners = self._graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
@@ -65,10 +85,15 @@ class SessionThreads:
     def stop(self, grace: float) -> list[str]:
         """Stop and join every thread within ``grace`` seconds; names of those still alive."""
         self.coord.request_stop()
+        self.runners.open_gates()  # paused threads see the stop
         if not self.runners.cancelled:
             self.runners.drain(min(0.5, grace / 2))
         self.runners.cancel()
         stuck = self.runners.join(grace)
+        for t in self._tuners:
+            t.thread.join(max(0.1, grace / 4))
+            if t.thread.is_alive():
+                stuck.append(t.thread.name)
         if self._watch is not None:
             self._watch.stop(grace)
         if self._routed:

@@ -1,0 +1,207 @@
+"""num_readers="auto": the tuner's moves on a producer whose speed the test sets, and the
+guarantees (exactly once, errors, Ctrl-C, no thread left) while threads are paused."""
+
+import signal
+import threading
+import time
+
+import pytest
+import tensorflow as tf
+
+import queuekit as qk
+from queuekit.pipelines import batching
+from queuekit.session import tuner
+from tests.helpers import run_script, write_id_records
+
+
+class Producer:
+    """A parse_fn whose per-record cost (a sleep in a py_function) the test sets."""
+
+    def __init__(self, delay: float, poison: int | None = None):
+        self.delay = delay
+        self.poison = poison
+
+    def _work(self, record_id):
+        if self.delay:
+            time.sleep(self.delay)  # the simulated decode cost, not an ordering device
+        if self.poison is not None and int(record_id) == self.poison:
+            raise ValueError(f"poison record {int(record_id)}")
+        return record_id
+
+    def __call__(self, serialized):
+        ident = tf.io.parse_single_example(
+            serialized, {"id": tf.io.FixedLenFeature([], tf.int64)})["id"]
+        out = tf.py_function(self._work, [ident], tf.int64)
+        out.set_shape([])
+        return {"id": out}
+
+
+def _files(tmp_path, n_files=4, per_file=150):
+    return [write_id_records(tmp_path / f"{k}.tfrecords", per_file, start=per_file * k)
+            for k in range(n_files)]
+
+
+def _until(qs, predicate, what, seconds=30.0):
+    """Wait (bounded) for the tuner to reach a state; the waiting never orders threads."""
+    deadline = time.monotonic() + seconds
+    done = threading.Event()
+    while not predicate(_state(qs)):
+        if time.monotonic() > deadline:
+            pytest.fail(f"the tuner did not {what} in {seconds} s: {_state(qs)}")
+        done.wait(0.05)
+
+
+def _grew(times):
+    return lambda state: sum(d.reason == "more input needed" for d in state.history) >= times
+
+
+def _gave_back(state):
+    return any(d.to_count < d.from_count and d.reason == "queue full" for d in state.history)
+
+
+def _state(qs):
+    (state,) = qs.tuning().values()
+    return state
+
+
+def _consume_until(qs, batch, predicate, what, seconds=30.0):
+    """Run batches (a fast consumer) until the tuner reaches a state; the ids seen."""
+    ids = []
+    deadline = time.monotonic() + seconds
+    qs.start()
+    while not predicate(_state(qs)):
+        if time.monotonic() > deadline:
+            pytest.fail(f"the tuner did not {what} in {seconds} s: {_state(qs)}")
+        ids += qs.run(batch)["id"].tolist()
+    return ids
+
+
+def test_the_collection_name_is_the_same_on_both_sides():
+    assert batching.AUTOTUNE_COLLECTION == tuner.AUTOTUNE_COLLECTION
+
+
+def test_fixed_counts_get_no_tuner(tmp_path):
+    with qk.QueueSession() as qs:
+        b = qk.tfrecord_batches(_files(tmp_path, 2, 10), batch_size=4, num_readers=2,
+                                num_epochs=1, parse_fn=Producer(0))
+        qs.run(b)
+        assert qs.tuning() == {}
+        assert not [t for t in threading.enumerate() if t.name.startswith("queuekit-tuner")]
+
+
+def test_slow_producer_gets_threads_and_a_stopped_consumer_gives_them_back(tmp_path):
+    """Starved queue: more active readers; full queue (the step is the slow side): fewer.
+    Then every record still arrives exactly once, paused readers finishing their files."""
+    producer = Producer(0.01)
+    with qk.QueueSession() as qs:
+        b = qk.tfrecord_batches(_files(tmp_path, 4, 300), batch_size=8, num_epochs=1,
+                                num_readers="auto", max_readers=4, parse_fn=producer,
+                                capacity=64)
+        seen = _consume_until(qs, b, _grew(2), "add readers")
+        assert _state(qs).maximum == 4
+        producer.delay = 0.0  # the producer is now fast, and nobody consumes: the queue fills
+        _until(qs, _gave_back, "give readers back")
+        seen += [i for x in qs.iterate(b) for i in x["id"].tolist()]
+    assert sorted(seen) == list(range(1200))
+
+
+@pytest.mark.parametrize("max_readers", [1, 2, 4])
+def test_each_record_exactly_once_while_the_tuner_moves(tmp_path, max_readers):
+    with qk.QueueSession() as qs:
+        b = qk.tfrecord_batches(_files(tmp_path, 5, 80), batch_size=7, num_epochs=1,
+                                num_readers="auto", max_readers=max_readers, shuffle=True,
+                                seed=3, parse_fn=Producer(0.01))
+        ids = [i for x in qs.iterate(b) for i in x["id"].tolist()]
+        moves = qs.tuning()
+    assert sorted(ids) == list(range(400))
+    if max_readers == 1:
+        assert moves == {}  # one thread: nothing to tune
+    else:
+        assert _only(moves).history, "the tuner never moved during the epoch"
+
+
+def _only(moves):
+    (state,) = moves.values()
+    return state
+
+
+def test_a_runner_error_while_threads_are_paused_is_raised(tmp_path):
+    producer = Producer(0.01, poison=None)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="poison record"):
+        with qk.QueueSession() as qs:
+            b = qk.tfrecord_batches(_files(tmp_path, 4, 300), batch_size=8, num_epochs=1,
+                                    num_readers="auto", max_readers=4, parse_fn=producer,
+                                    capacity=32)
+            _consume_until(qs, b, _grew(1), "add readers")
+            producer.delay = 0.0
+            _until(qs, _gave_back, "pause a reader")
+            producer.poison = 1199  # the last record of the last file: read after a resume
+            for _ in qs.iterate(b):
+                pass
+
+
+def test_image_folder_batches_auto_threads(tmp_path):
+    from tests.imagefactory import make_mixed_folder
+
+    make_mixed_folder(tmp_path / "src", n_per_class=4)
+    with qk.QueueSession() as qs:
+        b = qk.image_folder_batches(tmp_path / "src", image_size=8, batch_size=4, num_epochs=1,
+                                    num_threads="auto", max_threads=3)
+        names = [n for x in qs.iterate(b) for n in x["filename"].tolist()]
+        assert _only(qs.tuning()).maximum == 3
+    assert len(names) == len(set(names)) == len(qk.scan_image_folder(
+        tmp_path / "src", extensions=(".jpg", ".jpeg", ".png", ".gif", ".bmp")).paths)
+
+
+@pytest.mark.parametrize("bad", [0, -1, "many", 2.5])
+def test_bad_counts_are_refused(tmp_path, bad):
+    with tf.Graph().as_default(), pytest.raises(ValueError, match="num_readers"):
+        qk.tfrecord_batches(_files(tmp_path, 1, 2), num_readers=bad)
+
+
+def test_ctrl_c_while_readers_are_paused_exits_promptly(tmp_path):
+    files = _files(tmp_path, 4, 300)
+    child = run_script(f"""
+import time, threading
+import tensorflow as tf
+import queuekit as qk
+delay = [0.01]
+def work(i):
+    time.sleep(delay[0])  # a slow producer first, so the tuner grows
+    return i
+def parse(s):
+    i = tf.io.parse_single_example(s, {{"id": tf.io.FixedLenFeature([], tf.int64)}})["id"]
+    out = tf.py_function(work, [i], tf.int64)
+    out.set_shape([])
+    return {{"id": out}}
+def moved(down):
+    reason = "queue full" if down else "more input needed"
+    return any(d.reason == reason for t in qs.tuning().values() for d in t.history)
+with qk.QueueSession(stall_timeout_secs=None) as qs:
+    b = qk.tfrecord_batches({files!r}, batch_size=8, num_readers="auto", max_readers=4,
+                            parse_fn=parse, capacity=32)
+    blocked = tf.queue.FIFOQueue(1, tf.int64).dequeue()
+    deadline = time.monotonic() + 60
+    while not moved(False):
+        assert time.monotonic() < deadline, qs.tuning()
+        qs.run(b)
+    delay[0] = 0.0  # fast now, and nobody consumes: the queue fills, readers pause
+    while not moved(True):
+        assert time.monotonic() < deadline, qs.tuning()
+        threading.Event().wait(0.05)
+    print("paused", flush=True)
+    qs.run(blocked)
+""")
+    try:
+        line = child.stdout.readline().strip()
+        assert line == "paused", child.communicate(timeout=30)[1][-2000:]
+        sent = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert err.strip().splitlines()[-1] == "KeyboardInterrupt", err[-2000:]
+    assert took < 8, f"took {took:.1f} s"
