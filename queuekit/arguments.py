@@ -40,6 +40,22 @@ def ints(text: str, minimum: int = 1) -> list[int]:
     return values
 
 
+def reader_counts(text: str) -> list[int | str]:
+    """``1,2,4`` or ``1,2,auto``: reader counts, ``auto`` meaning tuned while it runs."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    numbers = ",".join(p for p in parts if p != "auto")
+    try:
+        values: list[int | str] = list(ints(numbers)) if numbers else []
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated positive integers or auto, got {text!r}") from None
+    if "auto" in parts:
+        values.append("auto")
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected reader counts or auto, got {text!r}")
+    return values
+
+
 def non_negative(text: str) -> int:
     return ints(text, 0)[0] if "," not in text else ints("x")[0]
 

@@ -28,6 +28,7 @@ from queuekit.arguments import (
     non_negative,
     number,
     positive,
+    reader_counts,
     size,
 )
 from queuekit.program import Terminated, quiet_tensorflow, signals_end_the_command
@@ -129,7 +130,8 @@ def add_bench_parser(sub) -> None:
                        description="Run every configuration of the grid in its own process and "
                                    "report median records/s, MB/s, queue fill, CPU and RSS.")
     p.add_argument("files", nargs="*", metavar="FILES")
-    p.add_argument("--readers", type=ints, default=[1, 2, 4])
+    p.add_argument("--readers", type=reader_counts, default=[1, 2, 4],
+                   help="reader counts, comma-separated; auto adds a row tuned while it runs")
     p.add_argument("--threads", type=ints, default=[1, 2])
     p.add_argument("--read-many", type=counts_from_zero, default=[0, 64])
     p.add_argument("--batch-size", type=positive, default=32)
@@ -142,10 +144,16 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--repeat", type=positive, default=3)
     p.add_argument("--step-ms", type=number(0, strict=False), default=0.0,
                    help="simulated training step per batch")
-    p.add_argument("--compare", default="tfdata,seed",
-                   help="reference rows, comma-separated, or none: tfdata (the tf.data "
-                        "pipeline), seed (the seed's read_and_decode), hand (the 1x1 graph "
-                        "run by a hand-written Session/Coordinator loop)")
+    p.add_argument("--consume", choices=["graph", "numpy"], default="graph",
+                   help="every row uses the batch in the graph (a reduce_sum, default) or "
+                        "fetches it to numpy like a loop calling sess.run(batch)")
+    p.add_argument("--compare", default="tfdata,tfdata-map,seed",
+                   help="reference rows, comma-separated, or none: tfdata (tf.data doing the "
+                        "builders' work: decode in map, normalise after batch), tfdata-map "
+                        "(tf.data normalising each record in map), seed (the seed's "
+                        "read_and_decode), hand (the 1x1 graph run by a hand-written "
+                        "Session/Coordinator loop), ceilings (the files' bytes read alone; "
+                        "normalising an in-memory batch)")
     p.add_argument("--json", metavar="PATH", help="write machine-readable results")
     p.add_argument("--plot", metavar="PATH",
                    help="write a PNG of records/s and queue fill against readers "
@@ -196,7 +204,7 @@ def _run_bench(args) -> int:
                               batch_size=args.batch_size, shuffle=args.shuffle,
                               seconds=args.seconds, warmup_batches=args.warmup_batches,
                               repeat=args.repeat, step_ms=args.step_ms, compare=compare,
-                              image_size=args.image_size,
+                              image_size=args.image_size, consume=args.consume,
                               progress=_progress(args))
     print(report.table())
     if args.json:

@@ -43,22 +43,28 @@ def test_demo_runs_end_to_end(tmp_path, capsys):
 
 
 def test_bench_synthetic_json_has_every_row(tmp_path, capsys, monkeypatch):
-    """bench --synthetic --json lists every configuration and reference, and plots them."""
+    """bench --synthetic --json lists every configuration and reference, and plots them:
+    an auto row with the count it settled on, every row consumed to numpy, the ceilings."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     out = tmp_path / "r.json"
-    assert main(["bench", "--synthetic", "24", "--readers", "1,2", "--threads", "1",
+    assert main(["bench", "--synthetic", "24", "--readers", "1,auto", "--threads", "1",
                  "--read-many", "0", "--seconds", "0.3", "--repeat", "1",
                  "--warmup-batches", "1", "--batch-size", "8", "--json", str(out),
+                 "--consume", "numpy", "--compare", "tfdata,tfdata-map,seed,ceilings",
                  "--plot", str(tmp_path / "p.png"), "--quiet"]) == 0
     table = capsys.readouterr().out
     report = json.loads(out.read_text())
     rows = {r["label"]: r for r in report["rows"]}
-    assert list(rows) == ["readers=1 threads=1 read-many=0", "readers=2 threads=1 read-many=0",
-                          "tf.data", "seed-style"]
+    auto = [label for label in rows if label.startswith("readers=auto(")]
+    assert list(rows) == ["readers=1 threads=1 read-many=0", *auto, "tf.data",
+                          "tf.data normalise-in-map", "seed-style", "ceiling: read bytes",
+                          "ceiling: normalise a batch"]
+    assert rows[auto[0]]["tuned"] >= 1 and rows[auto[0]]["readers"] == "auto"
     for row in rows.values():
         assert row["error"] is None and row["records_per_s"] > 0 and row["cpu_percent"]
-    assert "best:" in table and "x tf.data" in report["summary"]
+        assert row["consume"] == "numpy"
+    assert "best:" in table and "x tf.data" in report["summary"] and "auto:" in table
     assert report["machine"]["cores"] >= 1 and report["machine"]["tensorflow"]
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert os.listdir(tmp_path / "tmp") == []  # the synthetic data is cleaned up

@@ -23,40 +23,97 @@ def _tf():
 
 
 def _graph(spec):
-    """(graph, fetch, batch-queue name or None, session kind) for one configuration."""
+    """(graph, fetch, layout) for one configuration; ``fetch[1]`` counts its records."""
     tf = _tf()
-    v1 = tf.compat.v1
-    from queuekit.pipelines.builders import quiet_deprecations, tfrecord_batches
     from queuekit.pipelines.decode import DecodeOptions
     from queuekit.pipelines.layout import record_layout
 
     graph = tf.Graph()
     with graph.as_default():
-        files, bs = spec["files"], spec["batch_size"]
         size = spec.get("image_size")
-        layout = record_layout(files, decode=DecodeOptions(size and tuple(size)))
-        if spec["kind"] in ("queuekit", "hand-written"):
-            b = tfrecord_batches(files, batch_size=bs, shuffle=spec["shuffle"],
-                                 num_readers=spec["readers"], num_threads=spec["threads"],
-                                 read_many=spec["read_many"], image_size=size)
-        elif spec["kind"] == "tf.data":
-            def parse(ser):
-                img, label = _parse_normalised(ser, layout)
-                return {"image": img, "label": label}
-            ds = tf.data.TFRecordDataset(files, num_parallel_reads=tf.data.AUTOTUNE).repeat()
-            if spec["shuffle"]:
-                ds = ds.shuffle(1000)
-            ds = ds.map(parse, tf.data.AUTOTUNE).batch(bs).prefetch(tf.data.AUTOTUNE)
-            b = v1.data.make_one_shot_iterator(ds).get_next()
-        else:  # the seed's read_and_decode(flag='train'), with its normalise-before-batch
-            with quiet_deprecations():
-                fq = v1.train.string_input_producer(files)
-                key, ser = v1.TFRecordReader().read(fq)
-                im, lab = v1.train.batch(list(_parse_normalised(ser, layout, key)),
-                                         batch_size=bs, capacity=20)
-                b = {"image": im, "label": lab}
-        fetch = [tf.reduce_sum(b["image"]), tf.shape(b["label"])[0]]
+        layout = record_layout(spec["files"], decode=DecodeOptions(size and tuple(size)))
+        b = _BUILD[spec["kind"]](spec, layout)
+        if spec.get("consume", "graph") == "numpy":  # a loop that calls sess.run(batch)
+            fetch = [b["image"], tf.shape(b["label"])[0]]
+        else:  # a step that uses the batch in the graph
+            fetch = [tf.reduce_sum(b["image"]), tf.shape(b["label"])[0]]
     return graph, fetch, layout
+
+
+def _queuekit(spec, layout):
+    from queuekit.pipelines.builders import tfrecord_batches
+
+    return tfrecord_batches(spec["files"], batch_size=spec["batch_size"],
+                            shuffle=spec["shuffle"], num_readers=spec["readers"],
+                            num_threads=spec["threads"], read_many=spec["read_many"],
+                            image_size=spec.get("image_size"))
+
+
+def _dataset(spec, parse, *, normalise_batch: bool):
+    """TFRecordDataset -> map(parse) -> batch -> [one Dequantize pass] -> prefetch, AUTOTUNE."""
+    tf = _tf()
+    from queuekit.pipelines.batching import normalized
+
+    ds = tf.data.TFRecordDataset(spec["files"], num_parallel_reads=tf.data.AUTOTUNE).repeat()
+    if spec["shuffle"]:
+        ds = ds.shuffle(1000)
+    ds = ds.map(parse, tf.data.AUTOTUNE).batch(spec["batch_size"])
+    if normalise_batch:
+        ds = ds.map(lambda b: {**b, "image": normalized(b["image"])}, tf.data.AUTOTUNE)
+    ds = ds.prefetch(tf.data.AUTOTUNE)
+    return tf.compat.v1.data.make_one_shot_iterator(ds).get_next()
+
+
+def _tfdata(spec, layout):
+    """Equal terms: the builders' parse and decode in map, their after-batch normalisation."""
+    from queuekit.pipelines.layout import parse_records
+
+    def parse(ser):
+        f = parse_records(ser, "", layout)
+        return {"image": f["image"], "label": f["label"]}
+    return _dataset(spec, parse, normalise_batch=True)
+
+
+def _tfdata_map(spec, layout):
+    """The usual tf.data port of the seed: normalise every record in map (three float passes)."""
+    def parse(ser):
+        img, label = _parse_normalised(ser, layout)
+        return {"image": img, "label": label}
+    return _dataset(spec, parse, normalise_batch=False)
+
+
+def _seed(spec, layout):
+    """The seed's read_and_decode(flag='train'), with its normalise-before-batch."""
+    v1 = _tf().compat.v1
+    from queuekit.pipelines.builders import quiet_deprecations
+
+    with quiet_deprecations():
+        fq = v1.train.string_input_producer(spec["files"])
+        key, ser = v1.TFRecordReader().read(fq)
+        im, lab = v1.train.batch(list(_parse_normalised(ser, layout, key)),
+                                 batch_size=spec["batch_size"], capacity=20)
+    return {"image": im, "label": lab}
+
+
+def _read_ceiling(spec, layout):
+    """The files' bytes alone (TFRecordDataset, no parse): the read rate no pipeline beats."""
+    tf = _tf()
+    ds = tf.data.TFRecordDataset(spec["files"], num_parallel_reads=tf.data.AUTOTUNE).repeat()
+    ser = tf.compat.v1.data.make_one_shot_iterator(
+        ds.batch(spec["batch_size"]).prefetch(tf.data.AUTOTUNE)).get_next()
+    return {"image": tf.strings.length(ser), "label": ser}
+
+
+def _normalise_ceiling(spec, layout):
+    """Normalising one in-memory uint8 batch: the step's share no input pipeline avoids."""
+    tf = _tf()
+    from queuekit.pipelines.batching import normalized
+
+    shape = [spec["batch_size"], *layout.shape]
+    pixels = tf.Variable(tf.zeros(shape, tf.uint8), trainable=False,
+                         collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES])
+    return {"image": normalized(pixels.read_value()),
+            "label": tf.zeros([spec["batch_size"]], tf.int32)}
 
 
 def _parse_normalised(serialized, layout, key=""):
@@ -73,14 +130,19 @@ def tf_cast_normalise(image):
     return tf.cast(image, tf.float32) * (1.0 / 255) - 0.5
 
 
+_BUILD = {"queuekit": _queuekit, "hand-written": _queuekit, "tf.data": _tfdata,
+          "tf.data normalise-in-map": _tfdata_map, "seed-style": _seed,
+          "ceiling: read bytes": _read_ceiling, "ceiling: normalise a batch": _normalise_ceiling}
+
+
 @contextlib.contextmanager
 def _session(kind, graph):
-    """(run, queue_stats) of a QueueSession, or of the usual hand-written choreography."""
+    """(run, queue_stats, tuning) of a QueueSession, or of the hand-written choreography."""
     from queuekit.session.queue_session import QueueSession
 
     if kind != "hand-written":
         with QueueSession(graph, stall_timeout_secs=120) as qs:
-            yield qs.run, qs.queue_stats
+            yield qs.run, qs.queue_stats, qs.tuning
         return
     v1 = _tf().compat.v1
     with graph.as_default(), v1.Session(graph=graph) as sess:
@@ -88,7 +150,7 @@ def _session(kind, graph):
         coord = v1.train.Coordinator()
         threads = v1.train.start_queue_runners(sess=sess, coord=coord)
         try:
-            yield sess.run, list
+            yield sess.run, list, dict
         finally:
             coord.request_stop()
             coord.join(threads)
@@ -96,10 +158,11 @@ def _session(kind, graph):
 
 def _measure(spec) -> BenchRow:
     graph, fetch, layout = _graph(spec)
-    row = BenchRow(spec["kind"], spec["readers"], spec["threads"], spec["read_many"])
+    row = BenchRow(spec["kind"], spec["readers"], spec["threads"], spec["read_many"],
+                   consume=spec.get("consume", "graph"))
     rates, fills, cpu = [], [], []
     step = spec["step_ms"] / 1000.0
-    with _session(spec["kind"], graph) as (run, queue_stats):
+    with _session(spec["kind"], graph) as (run, queue_stats, tuning):
         for _ in range(spec["warmup_batches"]):
             run(fetch)
         for _ in range(spec["repeat"]):
@@ -118,6 +181,10 @@ def _measure(spec) -> BenchRow:
             rates.append(n / wall)
             cpu.append(100 * (time.process_time() - c0) / wall)
             row.batches_per_s = batches / wall
+        for state in tuning().values():
+            row.tuned = state.active
+            row.tuning = [[d.at, d.from_count, d.to_count, round(d.rate)]
+                          for d in state.history]
     row.runs = rates
     row.records_per_s = statistics.median(rates)
     row.mb_per_s = row.records_per_s * layout.image_bytes / 1e6

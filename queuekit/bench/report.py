@@ -12,7 +12,7 @@ from queuekit.errors import MissingDependencyError
 @dataclasses.dataclass
 class BenchRow:
     kind: str  # "queuekit" or one of REFERENCES' values
-    readers: int | None
+    readers: int | str | None  # "auto": tuned while it ran
     threads: int | None
     read_many: int | None
     records_per_s: float | None = None
@@ -23,12 +23,17 @@ class BenchRow:
     peak_rss_mb: float | None = None
     runs: list[float] = dataclasses.field(default_factory=list)
     error: str | None = None
+    consume: str = "graph"  # "graph" (reduce_sum in the step) or "numpy" (fetched)
+    tuned: int | None = None  # with readers="auto": the active count it settled on
+    tuning: list = dataclasses.field(default_factory=list)  # [at, from, to, rate] moves
 
     @property
     def label(self) -> str:
         if self.kind != "queuekit":
             return self.kind
-        return f"readers={self.readers} threads={self.threads} read-many={self.read_many or 0}"
+        readers = (f"auto({self.tuned if self.tuned is not None else '?'})"
+                   if self.readers == "auto" else self.readers)
+        return f"readers={readers} threads={self.threads} read-many={self.read_many or 0}"
 
 
 @dataclasses.dataclass
@@ -42,7 +47,9 @@ class BenchReport:
 
     @property
     def best(self) -> BenchRow | None:
-        ok = [r for r in self.rows if r.kind == "queuekit" and r.records_per_s]
+        """The fastest fixed-count queuekit row."""
+        ok = [r for r in self.rows if r.kind == "queuekit" and r.records_per_s
+              and r.readers != "auto"]
         return max(ok, key=lambda r: r.records_per_s or 0.0) if ok else None
 
     def reference(self, kind: str) -> BenchRow | None:
@@ -55,7 +62,16 @@ class BenchReport:
         ratios = [f"{(best.records_per_s or 0.0) / (ref.records_per_s or 1.0):.2f}x {kind}"
                   for kind in ("tf.data", "seed-style") if (ref := self.reference(kind))]
         extra = f"  ({', '.join(ratios)})" if ratios else ""
-        return f"best: {best.label}  {best.records_per_s:,.0f} rec/s{extra}"
+        lines = [f"best: {best.label}  {best.records_per_s:,.0f} rec/s{extra}"]
+        for auto in (r for r in self.rows if r.readers == "auto" and r.records_per_s):
+            lines.append(f"auto: {auto.label}  {auto.records_per_s:,.0f} rec/s  "
+                         f"({(auto.records_per_s or 0.0) / (best.records_per_s or 1.0):.2f}x "
+                         f"the best fixed row)")
+        consumed = {r.consume for r in self.rows}
+        lines.append(f"consumed: {', '.join(sorted(consumed))}"
+                     + (" (a reduce_sum in the graph)" if consumed == {"graph"} else
+                        " (each batch fetched to numpy)" if consumed == {"numpy"} else ""))
+        return "\n".join(lines)
 
     def table(self) -> str:
         head = ["configuration", "rec/s", "MB/s", "batch/s", "fill", "cpu%", "rss MB"]
@@ -105,7 +121,7 @@ class BenchReport:
         speed, fill = fig.subplots(2, 1, sharex=True, height_ratios=(3, 1))
         lines: dict[tuple, list[BenchRow]] = {}
         for r in self.rows:
-            if r.kind == "queuekit" and r.records_per_s:
+            if r.kind == "queuekit" and r.records_per_s and r.readers != "auto":
                 lines.setdefault((r.threads, r.read_many or 0), []).append(r)
         for (threads, many), rows in sorted(lines.items()):
             rows.sort(key=lambda r: r.readers or 0)
@@ -119,6 +135,10 @@ class BenchReport:
             if ref:
                 speed.axhline(ref.records_per_s, color="gray", linestyle=style,
                               label=f"{kind} {ref.records_per_s:,.0f}")
+        for r in self.rows:  # a tuned row has no reader count of its own: a line across
+            if r.readers == "auto" and r.records_per_s:
+                speed.axhline(r.records_per_s, color="green", linestyle="--",
+                              label=f"{r.label} {r.records_per_s:,.0f}")
         speed.set_ylabel("records/s")
         speed.set_ylim(bottom=0)
         speed.legend(fontsize="small")

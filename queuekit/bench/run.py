@@ -24,10 +24,16 @@ log = logging.getLogger(__name__)
 
 # --compare names -> the reference rows they add.
 REFERENCES = {
-    "tfdata": "tf.data",  # TFRecordDataset -> map(parse) -> batch -> prefetch, all AUTOTUNE
+    # TFRecordDataset -> map(the builders' parse) -> batch -> one Dequantize -> prefetch:
+    # the same work as queuekit's builders, all AUTOTUNE.
+    "tfdata": "tf.data",
+    # the usual tf.data port of the seed: normalise each record in map (three float passes)
+    "tfdata-map": "tf.data normalise-in-map",
     "seed": "seed-style",  # the seed's read_and_decode: 1 reader, normalise, batch(capacity=20)
     "hand": "hand-written",  # queuekit's 1 reader x 1 thread graph, driven by a plain
                              # Session + Coordinator + start_queue_runners: the wrapper's cost
+    # the machine's limits: the files' bytes read alone, and normalising an in-memory batch
+    "ceilings": ("ceiling: read bytes", "ceiling: normalise a batch"),
 }
 
 
@@ -40,19 +46,24 @@ def machine_info() -> dict:
 
 def benchmark(files, *, readers=(1, 2, 4), threads=(1,), read_many=(None,), batch_size=32,
               shuffle=False, seconds=5.0, warmup_batches=20, repeat=3, step_ms=0.0,
-              compare=("tfdata", "seed"), image_size=None, progress=False,
-              on_row=None) -> BenchReport:
+              compare=("tfdata", "tfdata-map", "seed"), image_size=None,
+              consume: str = "graph", progress=False, on_row=None) -> BenchReport:
     """Measure every configuration of the grid, each in its own process.
 
     Args:
         files: TFRecord files (path, glob, directory or list).
         readers, threads, read_many: the grid; every combination is one row.
+            A reader count of ``"auto"`` is tuned while it runs; its row shows
+            the count it settled on.
         batch_size, shuffle, image_size: as in :func:`~queuekit.tfrecord_batches`
             (``image_size`` for encoded images of different sizes: Inception's).
         seconds, repeat: ``repeat`` windows of ``seconds``; rows report medians.
         warmup_batches: batches discarded before measuring.
         step_ms: a simulated training step per batch (a sleep on the consumer side).
         compare: reference rows, keys of :data:`REFERENCES`.
+        consume: ``"graph"`` (the batch summed in the graph, like a step) or
+            ``"numpy"`` (fetched, like a loop calling ``sess.run(batch)``); every
+            row of the run consumes the same way.
         progress: a tqdm bar over the configurations on stderr.
         on_row: called with each :class:`BenchRow` as it finishes.
 
@@ -67,16 +78,20 @@ def benchmark(files, *, readers=(1, 2, 4), threads=(1,), read_many=(None,), batc
     files = expand_files(files)
     configs = [("queuekit", r, t, k or None)
                for r, t, k in itertools.product(readers, threads, read_many)]
+    if consume not in ("graph", "numpy"):
+        raise ValueError(f"consume must be 'graph' or 'numpy', not {consume!r}")
     for c in compare:
         one = 1 if c == "hand" else None  # the hand-written row runs queuekit's 1x1 graph
-        configs.append((REFERENCES[c], one, one, None))
+        kinds = REFERENCES[c]
+        for kind in (kinds,) if isinstance(kinds, str) else kinds:
+            configs.append((kind, one, one, None))
     report = BenchReport([], machine_info(), planned=len(configs))
     try:
         for kind, r, t, k in tqdm(configs, desc="bench", disable=not progress, file=sys.stderr):
             spec = dict(kind=kind, readers=r, threads=t, read_many=k, files=files,
                         batch_size=batch_size, shuffle=shuffle, seconds=seconds,
                         warmup_batches=warmup_batches, repeat=repeat, step_ms=step_ms,
-                        image_size=image_size)
+                        image_size=image_size, consume=consume)
             row = _in_child(spec)
             report.rows.append(row)
             log.debug("bench row done: %s: %s", row.label, row.error or
@@ -90,7 +105,8 @@ def benchmark(files, *, readers=(1, 2, 4), threads=(1,), read_many=(None,), batc
 
 
 def _in_child(spec) -> BenchRow:
-    row = BenchRow(spec["kind"], spec["readers"], spec["threads"], spec["read_many"])
+    row = BenchRow(spec["kind"], spec["readers"], spec["threads"], spec["read_many"],
+                   consume=spec["consume"])
     try:
         proc = subprocess.run([sys.executable, "-m", "queuekit.bench.child", json.dumps(spec)],
                               capture_output=True, text=True, check=False,
