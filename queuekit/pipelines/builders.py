@@ -79,7 +79,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         shuffle: shuffle the file order and use a ``shuffle_batch`` queue.
         seed: seed of both shuffles (and of ``random_crop``).
         num_readers: parallel ``TFRecordReader`` ops (``batch_join``), or
-            ``"auto"``: ``max_readers`` of them (default: the cores, at most 8),
+            ``"auto"``: ``max_readers`` of them (default: 8, or the cores up to 16),
             of which a :class:`~queuekit.QueueSession` keeps only as many
             running as raise the rate (``qs.tuning()``).
         num_threads: enqueue threads per reader.
@@ -172,7 +172,7 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
     width). Only formats TensorFlow decodes are listed (jpg, png, gif, bmp);
     an alpha channel is dropped, not composited (``make`` composites it).
     Returns ``image``, ``label`` and ``filename``. ``num_threads="auto"`` builds
-    ``max_threads`` (default: the cores, at most 8) and lets the session's
+    ``max_threads`` (default: 8, or the cores up to 16) and lets the session's
     tuner keep only as many running as raise the rate.
     """
     Batching(batch_size=batch_size)  # checks the count

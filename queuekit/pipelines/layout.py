@@ -122,8 +122,13 @@ def record_layout(files, image_shape=None, schema="auto",
         shape = (*decode.size, record_shape(feats, chosen, (0, 0, 3))[2])
     else:
         shape = _encoded_shape(path, feats, chosen)
-    if decode.crop_area is not None and (fmt == "raw" or decode.size is None):
-        raise DatasetError("random_crop needs encoded (JPEG, PNG) records and image_size")
+    if decode.crop_area is not None:
+        if fmt == "raw" or decode.size is None:
+            raise DatasetError("random_crop needs encoded (JPEG, PNG) records and image_size")
+        low, high = decode.crop_area
+        if not 0 < low <= high <= 1:
+            raise ValueError(f"random_crop must be (min, max) area fractions with "
+                             f"0 < min <= max <= 1, not {decode.crop_area}")
     extras = tuple((out, key, kind) for out, (key, kind) in chosen.extras.items()
                    if key in feats)
     return RecordLayout(shape, fmt, extras, chosen, decode)

@@ -7,8 +7,9 @@ that runner a :class:`Gate` (thread i enqueues only while i < active) and a
 
 - every window it measures the production rate (completed enqueues per
   second, counted by the runner threads) and the queue's mean fill;
-- a starved queue (fill below ``LOW``) gets one more active thread; the move
-  is kept only if the rate rose by ``MARGIN``, else undone;
+- a starved queue (fill below ``LOW``) gets more active threads: twice as many
+  until a move does not pay, one more after that; a move is kept only if the
+  rate rose by ``MARGIN``, else undone;
 - a full queue (fill above ``HIGH``: the training step is the slow side) gives
   one thread back, kept while the rate holds, so input does not take CPU from
   the step;
@@ -113,6 +114,7 @@ class Tuner:
         self._fill = fill
         self.history: list[Decision] = []
         self._blocked: dict[tuple[int, int], float] = {}  # (from, to) -> when it was undone
+        self._doubling = True  # grow by doubling until a growth is undone, then by one
         self._start = time.monotonic()
         self.thread = threading.Thread(target=self._loop, name=f"queuekit-tuner-{queue}",
                                        daemon=True)
@@ -148,8 +150,11 @@ class Tuner:
 
     def _step(self, rate: float, fill: float) -> tuple[float, float] | None:
         k = self.gate.active
-        if fill < LOW and k < self.gate.total and self._may(k, k + 1):
-            return self._try(k, k + 1, rate, fill, keep=lambda r: r > rate * (1 + MARGIN))
+        up = min(self.gate.total, 2 * k if self._doubling else k + 1)
+        if fill < LOW and k < self.gate.total and not self._may(k, up):
+            up = k + 1  # the doubling was undone: try the next count alone
+        if fill < LOW and k < self.gate.total and self._may(k, up):
+            return self._try(k, up, rate, fill, keep=lambda r: r > rate * (1 + MARGIN))
         if fill > HIGH and k > 1 and self._may(k, k - 1):
             return self._try(k, k - 1, rate, fill, keep=lambda r: r >= rate * (1 - MARGIN))
         return self._measure()
@@ -168,6 +173,8 @@ class Tuner:
             return after
         self.gate.set_active(k)
         self._blocked[(k, to)] = time.monotonic()
+        if to > k:
+            self._doubling = False
         self._record(to, k, after, f"undo: {after[0]:.0f}/s at {to} vs {rate:.0f}/s at {k}")
         return self._measure()
 
