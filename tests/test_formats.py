@@ -326,6 +326,12 @@ def test_a_truncated_cifar_file_is_named_not_silently_shortened(tmp_path):
     assert "3073-byte records" in str(info.value)
 
 
+def test_tfrecords_given_to_fixed_length_batches_are_named_as_such(tmp_path):
+    path = _queuekit_records(tmp_path / "x.tfrecords", 5)
+    with tf.Graph().as_default(), pytest.raises(qk.CorruptRecordError, match="looks like TFRec"):
+        qk.fixed_length_batches(path, "cifar10")
+
+
 def test_fixed_length_parse_fn_with_a_header(tmp_path):
     """Any fixed-length format: record_bytes, header_bytes and the user's parse."""
     path = tmp_path / "x.bin"

@@ -17,6 +17,7 @@ import tensorflow as tf
 from queuekit.errors import CorruptRecordError, DatasetError
 from queuekit.pipelines.batching import Batching, file_batches
 from queuekit.records.files import expand_files
+from queuekit.records.tfrecord import check_framing
 
 _v1 = tf.compat.v1
 
@@ -58,13 +59,18 @@ def check_sizes(files, record_bytes: int, header_bytes: int, footer_bytes: int) 
         body = size - header_bytes - footer_bytes
         count, tail = divmod(max(body, 0), record_bytes)
         if body < 0 or tail:
+            hint = " (it looks like TFRecords: use tfrecord_batches)" if _is_tfrecord(path) else ""
             raise CorruptRecordError(
                 path, count, header_bytes + count * record_bytes,
                 f"{size} bytes is not a {header_bytes}-byte header + k x {record_bytes}-byte "
                 f"records + a {footer_bytes}-byte footer ({tail or size} bytes left over"
-                f" after {count} whole records); a cut or wrong file")
+                f" after {count} whole records); a cut or wrong file{hint}")
         total += count
     return total
+
+
+def _is_tfrecord(path: str) -> bool:
+    return check_framing(path) is None and os.path.getsize(path) > 0
 
 
 def fixed_length_batches(files, layout="cifar10", *, record_bytes: int | None = None,
