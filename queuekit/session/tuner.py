@@ -8,8 +8,11 @@ that runner a :class:`Gate` (thread i enqueues only while i < active) and a
 - every window it measures the production rate (completed enqueues per
   second, counted by the runner threads) and the queue's mean fill;
 - a starved queue (fill below ``LOW``) gets more active threads: twice as many
-  until a move does not pay, one more after that; a move is kept only if the
-  rate rose by ``MARGIN``, else undone;
+  while that raises the rate by ``MARGIN``, one more at a time after that; a
+  move that lowers the rate by ``MARGIN`` is undone, one within the margin is
+  kept while the queue stays starved (this machine's rates vary by 10-20%
+  from one second to the next: a strict "must gain" rule undid moves that
+  paid, and settled at half the best fixed row's count);
 - a full queue (fill above ``HIGH``: the training step is the slow side) gives
   one thread back, kept while the rate holds, so input does not take CPU from
   the step;
@@ -37,7 +40,7 @@ log = logging.getLogger("queuekit.tune")
 # tests/test_tuner.py checks both spell it the same).
 AUTOTUNE_COLLECTION = "queuekit_autotune"
 LOW, HIGH = 0.25, 0.75  # queue fill below which input is starving, above which it leads
-MARGIN = 0.05  # a move must raise the rate by this fraction to be kept
+MARGIN = 0.05  # a rate change within this fraction is noise; beyond it, a gain or a loss
 WINDOW_SECS = 0.75  # one measurement
 SETTLE_SECS = 0.15  # after a move, before measuring: in-flight steps finish
 REPROBE_SECS = 15.0
@@ -154,7 +157,7 @@ class Tuner:
         if fill < LOW and k < self.gate.total and not self._may(k, up):
             up = k + 1  # the doubling was undone: try the next count alone
         if fill < LOW and k < self.gate.total and self._may(k, up):
-            return self._try(k, up, rate, fill, keep=lambda r: r > rate * (1 + MARGIN))
+            return self._try(k, up, rate, fill, keep=lambda r: r >= rate * (1 - MARGIN))
         if fill > HIGH and k > 1 and self._may(k, k - 1):
             return self._try(k, k - 1, rate, fill, keep=lambda r: r >= rate * (1 - MARGIN))
         return self._measure()
@@ -169,7 +172,12 @@ class Tuner:
         if after is None:
             return None
         if keep(after[0]):
-            self._record(k, to, after, "more input needed" if to > k else "queue full")
+            pays = after[0] > rate * (1 + MARGIN)
+            if to > k and not pays:
+                self._doubling = False  # no clear gain: from here on, one at a time
+            reason = ("queue full" if to < k else "more input needed" if pays
+                      else "starved, no worse")
+            self._record(k, to, after, reason)
             return after
         self.gate.set_active(k)
         self._blocked[(k, to)] = time.monotonic()
