@@ -44,12 +44,19 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--consume", default="graph")
     ap.add_argument("--workloads", default="a,b,c")
+    ap.add_argument("--readers", default="1,2,4,auto")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--compare", default=None,
+                    help="reference rows (bench --compare); default tfdata, and ceilings on (a)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         data = _data(tmp)
         for name in args.workloads.split(","):
-            compare = ("tfdata", "ceilings") if name == "a" else ("tfdata",)
-            reports = [qk.benchmark(data[name], readers=(1, 2, 4, "auto"), threads=(1, 2),
+            compare = (("tfdata", "ceilings") if name == "a" else ("tfdata",)
+                       ) if args.compare is None else tuple(args.compare.split(","))
+            readers = [r if r == "auto" else int(r) for r in args.readers.split(",")]
+            threads = [int(t) for t in args.threads.split(",")]
+            reports = [qk.benchmark(data[name], readers=readers, threads=threads,
                                     read_many=(None,), seconds=args.seconds,
                                     repeat=args.repeat, step_ms=30.0 if name == "c" else 0.0,
                                     compare=compare, consume=args.consume, progress=True)
