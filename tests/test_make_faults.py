@@ -19,11 +19,17 @@ from queuekit.records.tfrecord import scan_records
 from tests.imagefactory import make_mixed_folder, rgb
 
 
-def _photos(root, n, size=400):
+def _photos(root, n, size=400, unique=240):
+    """``n`` images, ``unique`` of them written and the rest hard links to those: a folder
+    that keeps make busy for seconds (a signal must find it mid-write) and is quick to make."""
     for i in range(n):
         d = os.path.join(root, f"c{i % 2}")
         os.makedirs(d, exist_ok=True)
-        Image.fromarray(rgb(size, size, seed=i)).save(os.path.join(d, f"{i}.png"))
+        path = os.path.join(d, f"{i}.png")
+        if i < unique:
+            Image.fromarray(rgb(size, size, seed=i)).save(path)
+        else:
+            os.link(os.path.join(root, f"c{i % 2}", f"{i % unique}.png"), path)
 
 
 def _children(pid):
@@ -80,7 +86,7 @@ def _wait_for_workers(proc, out_dir):
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_sigterm_and_sighup_leave_nothing_behind(tmp_path, sig, code):
     """SIGTERM/SIGHUP mid-write exit 128+n with no output, temp, spool folder or worker left."""
-    _photos(tmp_path / "src", 240)
+    _photos(tmp_path / "src", 1200)
     out_dir = tmp_path / "out"
     proc = _start_make(tmp_path / "src", out_dir / "d.tfrecords", "--shards", "2")
     workers = _wait_for_workers(proc, out_dir)
@@ -93,7 +99,7 @@ def test_sigterm_and_sighup_leave_nothing_behind(tmp_path, sig, code):
 
 def test_workers_die_with_a_killed_parent_and_the_next_run_cleans_up(tmp_path, caplog):
     """SIGKILL of make: its workers exit; the next make removes the dead run's temp files."""
-    _photos(tmp_path / "src", 240)
+    _photos(tmp_path / "src", 1200)
     out_dir = tmp_path / "out"
     proc = _start_make(tmp_path / "src", out_dir / "d.tfrecords")
     workers = _wait_for_workers(proc, out_dir)
@@ -103,7 +109,7 @@ def test_workers_die_with_a_killed_parent_and_the_next_run_cleans_up(tmp_path, c
     left = os.listdir(out_dir)
     assert left, "SIGKILL should have left the temp files this test is about"
     report = qk.write_tfrecords(tmp_path / "src", out_dir / "d.tfrecords", image_size=32,
-                                workers=1, progress=False)
+                                workers=2, progress=False)
     assert sorted(os.listdir(out_dir)) == sorted(
         os.path.basename(p) for p in report.outputs + [report.labels_path]
         + [str(out_dir / "d.tfrecords.manifest.json")])
