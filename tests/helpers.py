@@ -31,9 +31,16 @@ def id_reader_batch(files, *, batch_size=8, num_threads=1, num_epochs=1):
                           allow_smaller_final_batch=True)
 
 
+def default_signals():
+    """In a child: SIGINT, SIGHUP and SIGTERM at their defaults (a shell, CI or nohup may
+    have left one ignored, and a child inherits that)."""
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def run_script(code, *args, timeout=60, **kw):
-    """Run ``code`` in a fresh Python with SIGINT at its default (a CI shell may ignore it)."""
+    """Run ``code`` in a fresh Python with the usual signals at their defaults."""
     return subprocess.Popen(
         [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        text=True, preexec_fn=default_signals,
         env={**os.environ, "PYTHONUNBUFFERED": "1"}, **kw)

@@ -16,6 +16,7 @@ from queuekit.records.example import decode_example
 from queuekit.records.files import expand_files
 from queuekit.records.labels import read_labels
 from queuekit.records.tfrecord import scan_records
+from tests.helpers import default_signals
 from tests.imagefactory import make_mixed_folder, rgb
 
 
@@ -66,7 +67,7 @@ def _start_make(src, out, *extra):
     return subprocess.Popen(
         [sys.executable, "-m", "queuekit", "make", str(src), str(out), "--workers", "2",
          "--quiet", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        preexec_fn=default_signals)
 
 
 def _wait_for_workers(proc, out_dir):
