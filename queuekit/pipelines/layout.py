@@ -74,8 +74,7 @@ def first_example(files):
                 return path, tf.train.Example.FromString(item.data).features.feature
             except Exception as e:  # noqa: BLE001 - protobuf's DecodeError, and others
                 raise DatasetError(f"{path}: record 0 is not a tf.train.Example ({e})") from e
-    hints = [f"{p} looks {what}" for p in files if (what := what_it_is(p))
-             and not what.endswith("-compressed")]
+    hints = [f"{p} looks {what}" for p in files if (what := what_it_is(p))]
     raise DatasetError(f"no records in {', '.join(files)}"
                        + (f" ({'; '.join(hints)})" if hints else ""))
 

@@ -80,12 +80,11 @@ def check_files(files) -> None:
             continue
         fault = check_framing(path)
         if fault is not None:
+            kind = compression_of(path)
             what = what_it_is(path) if fault.index == 0 else ""
-            if what.endswith("-compressed"):
-                reason = f"{fault.reason} (in the {what[:-11]}-decompressed stream)"
-            else:
-                reason = fault.reason + (f" (the file looks {what}, not like TFRecords)"
-                                         if what else "")
+            reason = fault.reason + (f" (in the {kind}-decompressed stream)" if kind else
+                                     f" (the file looks {what}, not like TFRecords)" if what
+                                     else "")
             raise CorruptRecordError(path, fault.index, fault.offset, reason)
         _CHECKED.add(key)
 

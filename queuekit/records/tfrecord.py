@@ -214,15 +214,17 @@ _BIG_RECORD = 1 << 16  # past this, read just the next header instead of a whole
 
 
 def what_it_is(path: str) -> str:
-    """A hint on what a file that is not a TFRecord file looks like ("GZIP-compressed"...)."""
+    """A hint on what a file that is not a TFRecord file looks like ("JSON text"...).
+
+    A GZIP or ZLIB stream gets none: it is read as compressed TFRecords.
+    """
     try:
         with open(path, "rb") as f:
             head = f.read(16)
     except OSError:
         return ""
-    kind = compression_of(path)
-    if kind:
-        return f"{kind}-compressed"
+    if compression_of(path):
+        return ""
     if head.lstrip()[:1] in (b"{", b"["):
         return "JSON text"
     if head and all(32 <= b < 127 or b in (9, 10, 13) for b in head):
