@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import tensorflow as tf
 
@@ -44,3 +45,25 @@ def run_script(code, *args, timeout=60, **kw):
         [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, preexec_fn=default_signals,
         env={**os.environ, "PYTHONUNBUFFERED": "1"}, **kw)
+
+
+def signal_when_ready(child, sig, *, ready="ready", grace=0.0):
+    """Wait for ``child`` to print ``ready``, send ``sig`` after a tiny ``grace`` (so its main
+    thread is inside the loop or the blocking run), and wait for it to end.
+
+    Returns (stdout, stderr, seconds from the signal to the exit). The child is killed
+    if it is still alive when this returns or fails.
+    """
+    try:
+        line = child.stdout.readline().strip()
+        assert line == ready, child.communicate(timeout=30)[1][-2000:]
+        if grace:
+            time.sleep(grace)
+        sent = time.monotonic()
+        child.send_signal(sig)
+        out, err = child.communicate(timeout=30)
+        return out, err, time.monotonic() - sent
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()

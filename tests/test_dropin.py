@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import queuekit as qk
-from tests.helpers import id_reader_batch, run_script, v1, write_id_records
+from tests.helpers import id_reader_batch, run_script, signal_when_ready, v1, write_id_records
 
 
 def _model(files):
@@ -250,12 +250,7 @@ with tf.Graph().as_default():
 def test_ctrl_c_while_blocked_under_monitored_training_session():
     """SIGINT while the main thread is blocked in a dequeue ends with a plain KeyboardInterrupt."""
     child = run_script(_BLOCKED_UNDER_MTS)
-    try:
-        assert child.stdout.readline().strip() == "ready"
-        child.send_signal(signal.SIGINT)
-        _, err = child.communicate(timeout=30)
-    finally:
-        child.kill()
+    _, err, _ = signal_when_ready(child, signal.SIGINT)
     assert child.returncode in (-signal.SIGINT, 130), err[-3000:]
     assert err.rstrip().endswith("KeyboardInterrupt"), err[-3000:]
     assert "MISMATCH" not in err

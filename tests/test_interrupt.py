@@ -1,11 +1,10 @@
 """Ctrl-C (a real SIGINT to a child process) ends a QueueSession loop promptly."""
 
 import signal
-import time
 
 import pytest
 
-from tests.helpers import run_script
+from tests.helpers import run_script, signal_when_ready
 
 _PRELUDE = """
 import sys, threading
@@ -56,18 +55,7 @@ with qk.QueueSession(stall_timeout_secs=None, stop_grace_secs=1.0) as qs:
 def test_sigint_ends_the_process_with_a_plain_keyboard_interrupt(case):
     """SIGINT while busy, blocked in a dequeue, or with a stuck runner: prompt KeyboardInterrupt."""
     child = run_script(_PRELUDE + SCRIPTS[case])
-    try:
-        assert child.stdout.readline().strip() == "ready"
-        # Tiny grace so the main thread is inside the loop / the blocking run.
-        time.sleep(0.5)
-        sent = time.monotonic()
-        child.send_signal(signal.SIGINT)
-        _, err = child.communicate(timeout=30)
-        took = time.monotonic() - sent
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.communicate()
+    _, err, took = signal_when_ready(child, signal.SIGINT, grace=0.5)
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines[-1] == "KeyboardInterrupt", err[-2000:]
     assert child.returncode in (-signal.SIGINT, 130), err[-2000:]
@@ -85,16 +73,7 @@ d = q.dequeue()
 
 
 def _finish(child, sig):
-    try:
-        assert child.stdout.readline().strip() == "ready"
-        time.sleep(0.3)  # tiny grace: the main thread is inside the run by then
-        child.send_signal(sig)
-        out, err = child.communicate(timeout=30)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.communicate()
-    return out, err
+    return signal_when_ready(child, sig, grace=0.3)[:2]
 
 
 def test_sigterm_handler_runs_while_blocked_and_its_exit_code_stands():

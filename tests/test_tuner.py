@@ -11,7 +11,7 @@ import tensorflow as tf
 import queuekit as qk
 from queuekit.pipelines import batching
 from queuekit.session import tuner
-from tests.helpers import run_script, write_id_records
+from tests.helpers import run_script, signal_when_ready, write_id_records
 
 
 class Producer:
@@ -192,16 +192,6 @@ with qk.QueueSession(stall_timeout_secs=None) as qs:
     print("paused", flush=True)
     qs.run(blocked)
 """)
-    try:
-        line = child.stdout.readline().strip()
-        assert line == "paused", child.communicate(timeout=30)[1][-2000:]
-        sent = time.monotonic()
-        child.send_signal(signal.SIGINT)
-        _, err = child.communicate(timeout=30)
-        took = time.monotonic() - sent
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.communicate()
+    _, err, took = signal_when_ready(child, signal.SIGINT, ready="paused")
     assert err.strip().splitlines()[-1] == "KeyboardInterrupt", err[-2000:]
     assert took < 8, f"took {took:.1f} s"
