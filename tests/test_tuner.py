@@ -97,7 +97,7 @@ def test_slow_producer_gets_threads_and_a_stopped_consumer_gives_them_back(tmp_p
         b = qk.tfrecord_batches(_files(tmp_path, 4, 300), batch_size=8, num_epochs=1,
                                 num_readers="auto", max_readers=4, parse_fn=producer,
                                 capacity=64)
-        seen = _consume_until(qs, b, _grew(2), "add readers")
+        seen = _consume_until(qs, b, _grew(1), "add readers")
         assert _state(qs).maximum == 4
         producer.delay = 0.0  # the producer is now fast, and nobody consumes: the queue fills
         _until(qs, _gave_back, "give readers back")
@@ -108,12 +108,12 @@ def test_slow_producer_gets_threads_and_a_stopped_consumer_gives_them_back(tmp_p
 @pytest.mark.parametrize("max_readers", [1, 2, 4])
 def test_each_record_exactly_once_while_the_tuner_moves(tmp_path, max_readers):
     with qk.QueueSession() as qs:
-        b = qk.tfrecord_batches(_files(tmp_path, 5, 80), batch_size=7, num_epochs=1,
+        b = qk.tfrecord_batches(_files(tmp_path, 20, 40), batch_size=7, num_epochs=1,
                                 num_readers="auto", max_readers=max_readers, shuffle=True,
                                 seed=3, parse_fn=Producer(0.01))
         ids = [i for x in qs.iterate(b) for i in x["id"].tolist()]
         moves = qs.tuning()
-    assert sorted(ids) == list(range(400))
+    assert sorted(ids) == list(range(800))
     if max_readers == 1:
         assert moves == {}  # one thread: nothing to tune
     else:

@@ -21,7 +21,7 @@ from queuekit.session.queue_ops import queue_ops
 from queuekit.session.run_state import RunState
 from queuekit.session.runners import RunnerSet
 from queuekit.session.stall import StallWatch
-from queuekit.session.tuner import AUTOTUNE_COLLECTION, Gate, Tuner, Tuning
+from queuekit.session.tuner import AUTOTUNE_COLLECTION, Gate, Tuner, Tuning, first_count
 
 
 class SessionThreads:
@@ -53,7 +53,7 @@ class SessionThreads:
         for qr in runners[self._n_runners:]:
             name = qr.queue.queue_ref.op.name
             if name in tuned and name not in self.runners.gates and len(qr.enqueue_ops) > 1:
-                gate = Gate(len(qr.enqueue_ops), 1)
+                gate = Gate(len(qr.enqueue_ops), first_count(len(qr.enqueue_ops)))
                 tuners.append(Tuner(name, gate, self.coord,
                                     lambda q=name: self.runners.enqueues.get(q, 0),
                                     lambda q=name: self.runners.fill(q)))
