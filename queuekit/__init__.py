@@ -40,6 +40,12 @@ _WHERE = {
     "RecordLayout": "queuekit.pipelines.layout",
     "RecordSchema": "queuekit.records.schema",
     "SCHEMAS": "queuekit.records.schema",
+    "ClusterTask": "queuekit.cluster.tasks",
+    "cluster_from_env": "queuekit.cluster.tasks",
+    "start_server": "queuekit.cluster.tasks",
+    "LocalCluster": "queuekit.cluster.launch",
+    "exit_with_parent": "queuekit.cluster.launch",
+    "worker_inputs": "queuekit.pipelines.distributed",
     "benchmark": "queuekit.bench",
     "BenchReport": "queuekit.bench",
     "ImageFolder": "queuekit.records.folder",
@@ -62,6 +68,8 @@ _WHERE = {
     "ImageDecodeError": "queuekit.errors",
     "OutputExistsError": "queuekit.errors",
     "MissingDependencyError": "queuekit.errors",
+    "ClusterError": "queuekit.errors",
+    "WorkLost": "queuekit.errors",
 }
 
 __all__ = ["__version__", *_WHERE]

@@ -22,6 +22,8 @@ __all__ = [
     "CorruptRecordError",
     "ImageDecodeError",
     "OutputExistsError",
+    "ClusterError",
+    "WorkLost",
 ]
 
 
@@ -124,3 +126,21 @@ class OutputExistsError(QueuekitError, FileExistsError):
 
 class MissingDependencyError(QueuekitError, ImportError):
     """An optional feature needs a package that is not installed (names the extra to install)."""
+
+
+class ClusterError(QueuekitError, RuntimeError):
+    """A cluster task, its server or its configuration is not what was expected."""
+
+
+class WorkLost(ClusterError):
+    """Files a work queue handed to a worker that stopped before it finished them.
+
+    Attributes:
+        files: the files, by name (an epoch's files may repeat for later epochs).
+        tasks: the tasks that took them and were lost.
+    """
+
+    def __init__(self, message: str, *, files, tasks):
+        super().__init__(message)
+        self.files = list(files)
+        self.tasks = list(tasks)

@@ -14,6 +14,8 @@ import os
 
 import tensorflow as tf
 
+from queuekit.pipelines.distributed import work_queue_inputs, worker_inputs
+
 _v1 = tf.compat.v1
 # Default queue memory: elements of the batch queue, in bytes of uint8 images.
 QUEUE_BYTES = 64 * 2**20
@@ -80,6 +82,9 @@ class Batching:
     allow_smaller_final_batch: bool | None = None
     normalize: bool = True
     max_readers: int | None = None  # with num_readers="auto"
+    work_queue: str | None = None  # a parameter server's device: files from a work queue
+    lost_after_secs: float = 10.0
+    on_lost: str = "requeue"
 
     def __post_init__(self):
         for name in ("batch_size", "num_threads"):
@@ -88,6 +93,10 @@ class Batching:
         resolve_count("num_readers", self.num_readers, self.max_readers)
         if self.read_many is not None and self.read_many < 1:
             raise ValueError(f"read_many must be at least 1 (or None), not {self.read_many}")
+        if self.work_queue and self.num_readers == "auto":
+            # A paused reader would keep its file unfinished, and the work queue ends
+            # only when every file is finished: the two would wait for each other.
+            raise ValueError("work_queue needs a fixed num_readers, not 'auto'")
 
 
 def capacity_for(capacity, batch_size, element_bytes, read_many=None) -> int:
@@ -114,11 +123,18 @@ def file_batches(files, read, opts: Batching, *, name: str):
     allow_smaller = opts.allow_smaller_final_batch
     if allow_smaller is None:
         allow_smaller = opts.num_epochs is not None
-    with quiet_deprecations(), tf.name_scope(name):
-        filename_queue = _v1.train.string_input_producer(
-            files, num_epochs=opts.num_epochs, shuffle=opts.shuffle, seed=opts.seed)
+    with quiet_deprecations(), worker_inputs(), tf.name_scope(name):
         n_readers, tuned = resolve_count("num_readers", opts.num_readers, opts.max_readers)
-        readers = [read(filename_queue) for _ in range(n_readers)]
+        if opts.work_queue:
+            _, queues = work_queue_inputs(
+                opts.work_queue, files, n_readers, name=_v1.get_default_graph().get_name_scope(),
+                num_epochs=opts.num_epochs, shuffle=opts.shuffle, seed=opts.seed,
+                lost_after_secs=opts.lost_after_secs, on_lost=opts.on_lost)
+            readers = [read(q) for q in queues]
+        else:
+            filename_queue = _v1.train.string_input_producer(
+                files, num_epochs=opts.num_epochs, shuffle=opts.shuffle, seed=opts.seed)
+            readers = [read(filename_queue) for _ in range(n_readers)]
         element_bytes = check_static_shapes(readers[0], many=bool(opts.read_many))
         capacity = capacity_for(opts.capacity, opts.batch_size, element_bytes, opts.read_many)
         min_after = None

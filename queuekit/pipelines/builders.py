@@ -28,6 +28,13 @@ from queuekit.pipelines.batching import (
     shuffle_sizes,
 )
 from queuekit.pipelines.decode import DecodeOptions, resized
+from queuekit.pipelines.distributed import (
+    REMOTE_READ_MANY,
+    keep_shard,
+    shard_files,
+    worker_device,
+    worker_inputs,
+)
 from queuekit.pipelines.layout import RecordLayout, parse_records, record_layout
 from queuekit.records.files import check_files, compression_of_all, expand_files
 from queuekit.records.folder import ImageFolder, scan_image_folder
@@ -66,7 +73,9 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
                      image_shape=None, normalize: bool = True, check_framing: bool = True,
                      schema="auto", parse_fn=None, compression: str = "auto",
                      image_size=None, dct_method: str = "", random_crop=None,
-                     max_readers: int | None = None,
+                     max_readers: int | None = None, shard=None, shard_by: str = "file",
+                     work_queue: str | None = None, lost_after_secs: float = 10.0,
+                     on_lost: str = "requeue",
                      name: str | None = None) -> dict[str, tf.Tensor]:
     """Batches of ``image`` and ``label`` (and the schema's extras: ``label_text``...).
 
@@ -109,17 +118,38 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         random_crop: (min, max) area fraction of a random crop taken before
             the resize, decoding only the window (``decode_and_crop_jpeg``).
         max_readers: with ``num_readers="auto"``.
+        shard: ``(index, count)``: this worker reads every ``count``-th file
+            from ``index`` (``shard_by="file"``; an error with fewer files than
+            shards), or with ``shard_by="record"`` every file and its share of
+            the records (a stable hash of each record's ``file:index`` key).
+        work_queue: a parameter server's device (``"/job:ps/task:0"``): the
+            files come from a queue there that the chief fills, so fast workers
+            read more files and each is read once across the cluster
+            (ARCHITECTURE.md, *Work queue*). ``lost_after_secs``: a worker
+            silent that long is lost; ``on_lost``: ``"requeue"`` its unfinished
+            files (at least once for them) or ``"raise"`` ``WorkLost`` naming them.
         name: name scope.
+
+    On a cluster the input is pinned to this worker (:func:`~queuekit.worker_inputs`)
+    and, unless ``read_many`` or ``parse_fn`` is given, reads
+    :data:`~queuekit.pipelines.distributed.REMOTE_READ_MANY` records per step.
 
     Raises:
         InputNotFound: a file, glob or directory matches nothing (at build time).
         DatasetError: no records, an unknown layout, mixed compressions.
         CorruptRecordError: a file's framing is broken (``check_framing``).
     """
+    files, record_shard = shard_files(expand_files(files), shard, shard_by)
+    if record_shard and parse_fn is not None and not read_many:
+        raise ValueError("shard_by='record' with parse_fn needs read_many (parse_fn then "
+                         "gets a vector of records, the shard's share of each read)")
+    if read_many is None and parse_fn is None and (record_shard or worker_device()):
+        read_many = REMOTE_READ_MANY
     opts = Batching(batch_size, num_epochs, shuffle, seed, num_readers, num_threads, read_many,
                     capacity, min_after_dequeue, allow_smaller_final_batch, normalize,
-                    max_readers)
-    files = expand_files(files)
+                    max_readers, work_queue, lost_after_secs, on_lost)
+    if work_queue and shard is not None:
+        raise ValueError("give shard or work_queue, not both")
     kind = _compression(files, compression)
     if check_framing:
         check_files(files)
@@ -128,17 +158,15 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
             raise ValueError("give schema or parse_fn, not both")
 
         def read(filename_queue):
-            reader = _reader(kind)
-            if read_many:
-                return parse_fn(reader.read_up_to(filename_queue, read_many)[1])
-            return parse_fn(reader.read(filename_queue)[1])
+            keys, serialized = _records(_reader(kind), filename_queue, read_many, record_shard)
+            return parse_fn(serialized)
 
         return file_batches(files, read, opts, name=name or "tfrecord_batches")
     size = None if image_size is None else _pair(image_size)
     layout = record_layout(files, image_shape, schema, DecodeOptions(
         size, dct_method, None if random_crop is None else tuple(random_crop), seed))
-    return file_batches(files, lambda fq: _read(fq, layout, read_many, kind), opts,
-                        name=name or "tfrecord_batches")
+    return file_batches(files, lambda fq: _read(fq, layout, read_many, kind, record_shard),
+                        opts, name=name or "tfrecord_batches")
 
 
 def _pair(size) -> tuple[int, int]:
@@ -148,14 +176,21 @@ def _pair(size) -> tuple[int, int]:
     return h, w
 
 
-def _read(filename_queue, layout: RecordLayout, read_many, compression):
-    """One reader: a dict of tensors for one record, or for up to ``read_many`` records."""
-    reader = _reader(compression)
+def _records(reader, filename_queue, read_many, record_shard):
+    """(keys, serialized) of one read: one record, or up to ``read_many`` of this shard's."""
     if not read_many:
-        key, serialized = reader.read(filename_queue)
-        return parse_records(serialized, key, layout)
+        return reader.read(filename_queue)
     keys, serialized = reader.read_up_to(filename_queue, read_many)
-    return parse_records(serialized, keys, layout, many=True)
+    if record_shard:
+        mine = keep_shard(keys, record_shard)
+        keys, serialized = tf.boolean_mask(keys, mine), tf.boolean_mask(serialized, mine)
+    return keys, serialized
+
+
+def _read(filename_queue, layout: RecordLayout, read_many, compression, record_shard):
+    """One reader: a dict of tensors for one record, or for up to ``read_many`` records."""
+    keys, serialized = _records(_reader(compression), filename_queue, read_many, record_shard)
+    return parse_records(serialized, keys, layout, many=bool(read_many))
 
 
 def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
@@ -181,7 +216,7 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
         source, extensions=TF_IMAGE_EXTENSIONS)
     h, w = _pair(image_size)
     capacity = capacity_for(capacity, batch_size, h * w * 3)
-    with quiet_deprecations(), tf.name_scope(name or "image_folder_batches"):
+    with quiet_deprecations(), worker_inputs(), tf.name_scope(name or "image_folder_batches"):
         path, label = _v1.train.slice_input_producer(
             [tf.constant(folder.paths), tf.constant(folder.labels, tf.int32)],
             num_epochs=num_epochs, shuffle=shuffle, seed=seed)

@@ -16,6 +16,7 @@ import time
 
 import tensorflow as tf
 
+from queuekit.cluster.work import WORK_COLLECTION
 from queuekit.records.example import first_value
 from queuekit.records.schema import detect
 from queuekit.records.tfrecord import Corruption, Record, has_records, record_at, scan_records
@@ -69,8 +70,11 @@ def reader_files(graph: tf.Graph, ops) -> list[str]:
     feeding = _runners_by_queue(graph)
     queues = dict.fromkeys(queue_op(op.inputs[1]).name for op in _upstream(ops, feeding)
                            if op.type in READER_OPS)
-    return _string_files(op for name in queues for qr in feeding.get(name, ())
-                         for op in ancestors(qr.enqueue_ops))
+    # A work queue's readers are given names by its relay threads, from work.files.
+    work = [f for w in graph.get_collection(WORK_COLLECTION)
+            if set(w.local_queues()) & set(queues) for f in w.files if os.path.isfile(f)]
+    return work + _string_files(op for name in queues for qr in feeding.get(name, ())
+                                for op in ancestors(qr.enqueue_ops))
 
 
 def tfrecord_files(graph: tf.Graph) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any
 import tensorflow as tf
 
 from queuekit.session.queue_session import DEFAULT_STALL_TIMEOUT_SECS, QueueSession
-from queuekit.session.start import default_config
+from queuekit.session.start import session_config
 
 _v1 = tf.compat.v1
 
@@ -100,8 +100,7 @@ def monitored_training_session(
         save_checkpoint_steps, save_checkpoint_secs, None, 600)
     scaffold = scaffold or _v1.train.Scaffold()
     graph = _v1.get_default_graph()
-    if config is None:
-        config = default_config(graph, master)
+    config = session_config(graph, master, config)
     all_hooks: list[Any] = []
     if not is_chief:
         creator: Any = WorkerSessionCreator(
@@ -118,7 +117,7 @@ def monitored_training_session(
     all_hooks.extend(hooks or [])
     session = QueueSession(graph, target=master, config=config, session_creator=creator,
                            hooks=all_hooks, stop_grace_secs=stop_grace_period_secs,
-                           stall_timeout_secs=stall_timeout_secs)
+                           stall_timeout_secs=stall_timeout_secs, is_chief=is_chief)
     return session.start()
 
 

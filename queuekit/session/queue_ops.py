@@ -30,6 +30,22 @@ class QueueHandles:
     min_after_dequeue: int = 0
     drain: tf.Operation | None = None  # dequeues `drain_count` elements (or one)
     drain_count: tf.Tensor | None = None  # int32 placeholder, None: dequeue one at a time
+    owned: bool = True  # this task's own queue: shutdown may close and drain it
+
+
+def owned(queue_op: tf.Operation) -> bool:
+    """Whether shutdown may close and drain this queue: not shared, not on a ps.
+
+    A queue with a ``shared_name`` or on another job's device (a work queue,
+    ``sync_token_q``) belongs to the cluster: closing or draining it would end
+    or rob the other workers. queuekit pins a worker's input to its own task.
+    """
+    try:
+        if queue_op.get_attr("shared_name"):
+            return False
+    except ValueError:
+        pass
+    return tf.DeviceSpec.from_string(queue_op.device or "").job != "ps"
 
 
 class GraphQueueOps:
@@ -53,7 +69,8 @@ class GraphQueueOps:
                 handles = self.queues.get(name)
                 if handles is None:
                     handles = self.queues[name] = QueueHandles(
-                        name, _capacity(qr.queue.queue_ref.op), qr.cancel_op)
+                        name, _capacity(qr.queue.queue_ref.op), qr.cancel_op,
+                        owned=owned(qr.queue.queue_ref.op))
                 if handles.size is None and not graph.finalized:
                     _add_stats(graph, handles, qr.queue)
             if graph.finalized:
@@ -66,15 +83,16 @@ class GraphQueueOps:
                     with graph.as_default(), tf.name_scope("queuekit"):
                         cancel = tf.raw_ops.QueueCloseV2(handle=op.outputs[0],
                                                          cancel_pending_enqueues=True)
-                    self.queues[op.name] = QueueHandles(op.name, _capacity(op), cancel)
+                    self.queues[op.name] = QueueHandles(op.name, _capacity(op), cancel,
+                                                        owned=owned(op))
             self._seen_ops = len(graph.get_operations())
 
-    def handles(self, names=None) -> list[QueueHandles]:
+    def handles(self, names=None, *, owned_only: bool = False) -> list[QueueHandles]:
         """The handles of ``names`` (every queue when None), in a stable order."""
         with self._lock:
-            if names is None:
-                return list(self.queues.values())
-            return [self.queues[n] for n in names if n in self.queues]
+            found = (list(self.queues.values()) if names is None
+                     else [self.queues[n] for n in names if n in self.queues])
+        return [h for h in found if h.owned or not owned_only]
 
 
 _BY_GRAPH: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -8,6 +8,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from queuekit.cluster.tasks import task_of
 from queuekit.errors import EndOfData
 from queuekit.records.files import check_files
 from queuekit.session.diagnose import tfrecord_files
@@ -17,7 +18,7 @@ from queuekit.session.queue_ops import queue_ops
 from queuekit.session.reads import ReadsCache
 from queuekit.session.run_state import RunState
 from queuekit.session.runners import QueueStat
-from queuekit.session.start import Initializer, default_config, program_graph
+from queuekit.session.start import Initializer, program_graph, session_config
 from queuekit.session.threads import SessionThreads
 from queuekit.session.tuner import Tuning
 
@@ -42,15 +43,13 @@ class QueueSession(SessionInterface):
             for img, lab in qs.iterate([image, label]):
                 ...
 
-    On the first :meth:`run` (or :meth:`start`) it restores the latest
-    checkpoint of ``checkpoint_dir`` if there is one, initialises every
-    variable that has no value yet (never one a checkpoint restored, also not
-    one restored by hand through :attr:`session`), creates the Coordinator and
-    starts every queue runner of the graph in named daemon threads
-    (``queuekit-runner-<queue>-<i>``). Queue runners added later start on the
-    next run, their new variables initialised if they have no value. It is a
-    ``SessionInterface``: ``saver.save(qs, path)``, ``tensor.eval(session=qs)``
-    and ``op.run(session=qs)`` run through :meth:`run` and its policy.
+    The first :meth:`run` (or :meth:`start`) restores the latest checkpoint of
+    ``checkpoint_dir`` if any, initialises every variable without a value
+    (never a restored one, also not one restored by hand through
+    :attr:`session`) and starts every queue runner in named daemon threads
+    (``queuekit-runner-<queue>-<i>``); runners added later start on the next
+    run. A ``SessionInterface``: ``saver.save(qs, path)``,
+    ``tensor.eval(session=qs)`` run through :meth:`run` and its policy.
 
     The graph:
         ``graph``, else the default graph if the program built ops in it (as
@@ -61,11 +60,10 @@ class QueueSession(SessionInterface):
         subclass of ``tf.errors.OutOfRangeError``; :meth:`iterate` just stops.
 
     Exception handling:
-        If a runner thread fails (a corrupt record, a bad image, an exception in
-        a ``py_function``), the next :meth:`run` raises *that* exception, with a
-        note naming the thread and the queue it fed (and for a corrupt record,
-        the file, record index and byte offset); if no run comes, leaving the
-        ``with`` block raises it. A runner error is never an end of data.
+        A runner thread's error (a corrupt record, a bad image, a
+        ``py_function``'s) is raised by the next :meth:`run` (else on leaving
+        the ``with``), noted with the thread, its queue and for a corrupt record
+        the file, record index and offset. It is never an end of data.
 
     Stalls:
         A run blocked for more than ``stall_timeout_secs`` while no element
@@ -75,17 +73,16 @@ class QueueSession(SessionInterface):
         queues it reads fill up. A stall ends the session. ``None`` disables.
 
     Grace period:
-        On exit (normal, exception, Ctrl-C) it requests stop, closes every queue
-        with ``cancel_pending_enqueues=True`` so blocked threads wake, joins all
-        threads within ``stop_grace_secs`` and closes the session. Threads still
-        alive then are named in :class:`ShutdownTimeout` (a warning when the
-        body raised), and the session is left open: closing it would block.
+        On exit it stops the threads (closing this task's queues, cancelling
+        blocked enqueues) within ``stop_grace_secs``; threads still alive are
+        named in :class:`ShutdownTimeout` and the session is left open.
 
     Ctrl-C: while the session is active in the main thread, SIGINT closes the
     queues even under a blocked dequeue, which raises ``KeyboardInterrupt``.
 
-    Autotune: a ``num_readers="auto"`` runner gets a tuner thread that sets
-    how many of its threads run (:meth:`tuning`, :mod:`queuekit.session.tuner`).
+    Autotune: ``num_readers="auto"`` runners get a tuner thread (:meth:`tuning`).
+    On a cluster: ``is_chief``, ``start.session_config``; shutdown leaves shared
+    queues and those on a ps alone (``queue_ops.owned``).
 
     Args:
         graph: the graph to run (see *The graph*).
@@ -95,6 +92,8 @@ class QueueSession(SessionInterface):
             every runner thread (TF issue 4917).
         initialize: restore and initialise on start (see above); False leaves
             every variable to the caller.
+        is_chief: False: wait for the chief to initialise the global variables;
+            None: the server's task decides (``chief``, or worker 0).
         checkpoint_dir: restore its latest checkpoint on start, if it has one.
         session_creator: a ``SessionCreator`` (TF's ``ChiefSessionCreator``...)
             that makes, restores and initialises the session instead.
@@ -109,9 +108,12 @@ class QueueSession(SessionInterface):
                  checkpoint_dir: str | None = None, session_creator: Any = None,
                  stop_grace_secs: float = DEFAULT_STOP_GRACE_SECS,
                  stall_timeout_secs: float | None = DEFAULT_STALL_TIMEOUT_SECS,
-                 hooks: Sequence[Any] = ()):
+                 hooks: Sequence[Any] = (), is_chief: bool | None = None):
         self._graph = graph if graph is not None else program_graph()
         self._target = target
+        self._task = task_of(target)
+        if is_chief is None:
+            is_chief = self._task is None or self._task.is_chief
         self._config = config
         self._initialize = initialize
         self._creator = session_creator
@@ -120,7 +122,7 @@ class QueueSession(SessionInterface):
         self._hooks = list(hooks)
         self._sess: Any = None
         self._threads: SessionThreads | None = None
-        self._init = Initializer(self._graph, checkpoint_dir)
+        self._init = Initializer(self._graph, checkpoint_dir, chief=is_chief)
         self._reads = ReadsCache(self._graph)
         self._graph_ctx: Any = None
         self._closed = False
@@ -175,8 +177,7 @@ class QueueSession(SessionInterface):
             if self._creator is not None:
                 self.start()
             else:
-                config = self._config if self._config is not None else default_config(
-                    self._graph, self._target)
+                config = session_config(self._graph, self._target, self._config)
                 self._sess = _v1.Session(self._target, graph=self._graph, config=config)
         return self._sess
 
@@ -241,8 +242,7 @@ class QueueSession(SessionInterface):
         return self._policy.run(self._sess, fetches, feed_dict, options, run_metadata,
                                 reads=self._reads(fetches))
 
-    def partial_run_setup(self, fetches, feeds=None):
-        """``Session.partial_run_setup`` on the underlying session (no policy)."""
+    def partial_run_setup(self, fetches, feeds=None):  # on the session, without the policy
         self._ensure_started()
         return self.session.partial_run_setup(fetches, feeds)
 
@@ -294,8 +294,9 @@ class QueueSession(SessionInterface):
             if self._initialize and self._creator is None:
                 self._init.first(sess)
             check_files(tfrecord_files(self._graph))  # a cut file: no silent short epoch
-        self._threads = SessionThreads(self._graph, sess, self._state, self._stall_timeout,
-                                       self._grace)
+        self._threads = SessionThreads(
+            self._graph, sess, self._state, self._stall_timeout, self._grace,
+            task=self._task.device if self._task else "", chief=self._init.chief)
         self._policy.attach(self._threads.coord, self._threads.runners, self._threads.signals)
         self._threads.start_new_runners()
         for hook in self._hooks:

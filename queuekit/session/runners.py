@@ -149,13 +149,19 @@ class RunnerSet:
                 with self._lock:
                     self._live[id(qr)] -= 1
 
+    def fail(self, exc: BaseException, thread_name: str, queue_name: str) -> None:
+        """Report the error of a thread that feeds ``queue_name`` (not a runner's own)."""
+        self._fail(exc, thread_name, queue_name, None)
+
     def _fail(self, exc: BaseException, thread_name: str, queue_name: str,
               enqueue_op) -> None:
         # Named before the error is published: the main thread may raise it at once.
         note = None
-        if isinstance(exc, tf.errors.DataLossError) and self.failure is None:
+        if enqueue_op is None or self.failure is not None:
+            pass
+        elif isinstance(exc, tf.errors.DataLossError):
             note = corrupt_file_note(enqueue_op.graph, enqueue_op, exc)
-        elif isinstance(exc, tf.errors.InvalidArgumentError) and self.failure is None:
+        elif isinstance(exc, tf.errors.InvalidArgumentError):
             note = image_file_note(enqueue_op.graph, enqueue_op, exc)
         with self._lock:
             first = self.failure is None
@@ -187,7 +193,8 @@ class RunnerSet:
         """
         deadline = time.monotonic() + seconds
         options = tf.compat.v1.RunOptions(timeout_in_ms=_SMALL_OP_TIMEOUT_MS)
-        handles = [h for h in self._ops.handles(self._queue_names) if h.drain is not None]
+        handles = [h for h in self._ops.handles(self._queue_names, owned_only=True)
+                   if h.drain is not None]
         while self.live_count() and time.monotonic() < deadline and handles:
             with self._lock:
                 drains = [h for h in handles if not any(
@@ -210,11 +217,11 @@ class RunnerSet:
                 t.join(0.005)
 
     def cancel(self) -> None:
-        """Close every queue with ``cancel_pending_enqueues=True``; idempotent."""
+        """Close this task's queues with ``cancel_pending_enqueues=True``; idempotent."""
         with self._lock:
             self._cancelled = True
         self.open_gates()
-        for h in self._ops.handles():
+        for h in self._ops.handles(owned_only=True):
             self._run_quietly(h.cancel)
 
     def open_gates(self) -> None:

@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import weakref
 
 import tensorflow as tf
+
+from queuekit.cluster.tasks import task_of
 
 log = logging.getLogger(__name__)
 _v1 = tf.compat.v1
@@ -40,6 +43,19 @@ def default_config(graph: tf.Graph, target: str):
     if not target:
         config.use_per_session_threads = True
     return config
+
+
+def session_config(graph: tf.Graph, target: str, config):
+    """``config`` (else :func:`default_config`), with device filters on a cluster task.
+
+    A session to a server this process started sees only the parameter
+    servers and its own task (``ClusterTask.device_filters``), so a worker
+    that never started cannot hang ``CreateSession``.
+    """
+    if config is None:
+        config = default_config(graph, target)
+    task = task_of(target)
+    return config if task is None else task.session_config(config)
 
 
 def program_graph() -> tf.Graph:
@@ -92,15 +108,28 @@ class Initializer:
     Values a checkpoint restored (from ``checkpoint_dir``, or by hand through
     ``QueueSession.session`` before the first run) are kept, and variables
     created later are initialised when they first appear.
+
+    A non-chief never initialises (nor restores) a global variable: the
+    chief does, and a second initializer racing it would reset the model. It
+    waits, as ``SessionManager.wait_for_session`` does, until the chief made
+    every global variable ready, then initialises only its local ones (its
+    epoch counters).
     """
 
-    def __init__(self, graph: tf.Graph, checkpoint_dir: str | None = None):
+    def __init__(self, graph: tf.Graph, checkpoint_dir: str | None = None, *,
+                 chief: bool = True, recovery_wait_secs: float = 0.5,
+                 max_wait_secs: float = 7200):
         self._graph = graph
         self._checkpoint_dir = checkpoint_dir
+        self.chief = chief
+        self._recovery_wait = recovery_wait_secs
+        self._max_wait = max_wait_secs
 
     def first(self, sess) -> None:
         """Restore the latest checkpoint of ``checkpoint_dir`` if any; initialise the rest."""
-        if self._checkpoint_dir:
+        if not self.chief:
+            self._wait_for_chief(sess)
+        elif self._checkpoint_dir:
             path = tf.train.latest_checkpoint(self._checkpoint_dir)
             saver = default_saver(self._graph) if path else None
             if saver is not None:
@@ -111,9 +140,26 @@ class Initializer:
         if tables:
             sess.run(tables)
 
+    def _wait_for_chief(self, sess) -> None:
+        variables = self._graph.get_collection(_v1.GraphKeys.GLOBAL_VARIABLES)
+        report = _report_op(self._graph, variables) if variables else None
+        deadline = time.monotonic() + self._max_wait
+        while report is not None:
+            names = sorted(n.decode() for n in sess.run(report))
+            if not names:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the chief did not initialise {names[:5]} within "
+                                   f"{self._max_wait:.0f} s")
+            log.info("waiting for the chief to initialise %d variable(s), e.g. %s",
+                     len(names), names[0])
+            time.sleep(self._recovery_wait)  # polling another process: nothing to wait on
+
     def uninitialized(self, sess) -> None:
-        """Run the initializer of every variable that has no value yet."""
-        variables = graph_variables(self._graph)
+        """Run the initializer of every variable that has no value yet (a non-chief: of
+        every local variable)."""
+        variables = (graph_variables(self._graph) if self.chief
+                     else self._graph.get_collection(_v1.GraphKeys.LOCAL_VARIABLES))
         if not variables:
             return
         report = _report_op(self._graph, variables)

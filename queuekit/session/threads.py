@@ -15,6 +15,7 @@ import os
 
 import tensorflow as tf
 
+from queuekit.cluster.work import WORK_COLLECTION
 from queuekit.session.diagnose import empty_files
 from queuekit.session.interrupt import ROUTER, SessionSignals
 from queuekit.session.queue_ops import queue_ops
@@ -22,14 +23,19 @@ from queuekit.session.run_state import RunState
 from queuekit.session.runners import RunnerSet
 from queuekit.session.stall import StallWatch
 from queuekit.session.tuner import AUTOTUNE_COLLECTION, Gate, Tuner, Tuning, first_count
+from queuekit.session.work import WorkThreads
 
 
 class SessionThreads:
     """Coordinator, runner threads, watchdog and signal routing of one session."""
 
     def __init__(self, graph: tf.Graph, sess, state: RunState, stall_timeout: float | None,
-                 grace: float):
+                 grace: float, *, task: str = "", chief: bool = True):
         self._graph = graph
+        self._sess = sess
+        self._task = task or "local"
+        self._chief = chief
+        self._work: dict[int, WorkThreads] = {}  # id(WorkQueue) -> its threads
         self.coord = tf.compat.v1.train.Coordinator()
         self.runners = RunnerSet(sess, self.coord, queue_ops(graph))
         self.signals = SessionSignals(state, self.wake, grace)
@@ -45,6 +51,7 @@ class SessionThreads:
     def start_new_runners(self) -> bool:
         """Start the graph's queue runners not started yet; True if there were any."""
         runners = self._graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
+        self._start_work()
         if len(runners) == self._n_runners:
             return False
         queue_ops(self._graph).update(runners)
@@ -63,6 +70,14 @@ class SessionThreads:
         self._tuners += tuners
         self._n_runners = len(runners)
         return True
+
+    def _start_work(self) -> None:
+        for work in self._graph.get_collection(WORK_COLLECTION):
+            if id(work) not in self._work:
+                threads = self._work[id(work)] = WorkThreads(
+                    self._sess, self.coord, work, self._task, self._chief,
+                    lambda e, name, w=work.name: self.runners.fail(e, name, w))
+                threads.start()
 
     def tuning(self) -> dict[str, Tuning]:
         """Per tuned queue: the active thread count now, and the tuner's decisions."""
@@ -90,10 +105,12 @@ class SessionThreads:
             self.runners.drain(min(0.5, grace / 2))
         self.runners.cancel()
         stuck = self.runners.join(grace)
-        for t in self._tuners:
-            t.thread.join(max(0.1, grace / 4))
-            if t.thread.is_alive():
-                stuck.append(t.thread.name)
+        # A work thread's remote waits are bounded (work.py): it sees the stop.
+        others = [t for w in self._work.values() for t in w.threads]
+        for thread in others + [t.thread for t in self._tuners]:
+            thread.join(max(0.1, grace / 2))
+            if thread.is_alive():
+                stuck.append(thread.name)
         if self._watch is not None:
             self._watch.stop(grace)
         if self._routed:

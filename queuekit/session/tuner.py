@@ -14,8 +14,8 @@ that runner a :class:`Gate` (thread i enqueues only while i < active) and a
   from one second to the next: a strict "must gain" rule undid moves that
   paid, and settled at half the best fixed row's count);
 - a full queue (fill above ``HIGH``: the training step is the slow side) gives
-  one thread back, kept while the rate holds, so input does not take CPU from
-  the step;
+  one thread back, kept while the queue does not starve (or the rate holds),
+  so input does not take CPU from the step;
 - a move that was undone is not retried from the same count until
   ``REPROBE_SECS`` have passed, as the load may have changed.
 
@@ -169,9 +169,13 @@ class Tuner:
         if fill < LOW and k < self.gate.total and not self._may(k, up):
             up = k + 1  # the doubling was undone: try the next count alone
         if fill < LOW and k < self.gate.total and self._may(k, up):
-            return self._try(k, up, rate, fill, keep=lambda r: r >= rate * (1 - MARGIN))
+            return self._try(k, up, rate, fill, keep=lambda r, f: r >= rate * (1 - MARGIN))
         if fill > HIGH and k > 1 and self._may(k, k - 1):
-            return self._try(k, k - 1, rate, fill, keep=lambda r: r >= rate * (1 - MARGIN))
+            # Still not starving with one fewer: the step is still the slow side, and a
+            # rate within noise of a consumer-bound window says nothing (30 ms steps: the
+            # rate moved by more than MARGIN between equal windows and undid give-backs).
+            return self._try(k, k - 1, rate, fill,
+                             keep=lambda r, f: f > LOW or r >= rate * (1 - MARGIN))
         return self._measure()
 
     def _may(self, k: int, to: int) -> bool:
@@ -183,7 +187,7 @@ class Tuner:
         after = self._measure()
         if after is None:
             return None
-        if keep(after[0]):
+        if keep(*after):
             pays = after[0] > rate * (1 + MARGIN)
             if to > k and not pays:
                 self._doubling = False  # no clear gain: from here on, one at a time

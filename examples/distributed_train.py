@@ -1,0 +1,117 @@
+"""The TF1 example trained with between-graph replication on TF's gRPC runtime (ps/worker).
+
+    python examples/distributed_train.py --local-cluster 2 [--workdir DIR] [--epochs 2] [--sync]
+
+``--local-cluster N`` makes the data, then starts 1 parameter server and N
+workers as processes on loopback (one ``TF_CONFIG`` each) and waits for them.
+On real hosts run the same script on each host with that host's ``TF_CONFIG``
+and a ``--workdir`` every host can read (the chief writes checkpoints there)::
+
+    TF_CONFIG='{"cluster": {"ps": ["ps0:2222"], "worker": ["w0:2222", "w1:2222"]},
+                "task": {"type": "worker", "index": 0}}' \\
+        python examples/distributed_train.py --workdir /shared/run
+
+The variables and the global step live on the ps (``replica_device_setter``);
+each worker's input is pinned to it by ``tfrecord_batches`` and takes files
+from a work queue on the ps, so a fast worker reads more files and every file is
+read once per epoch across the workers; the chief (worker 0) restores and
+checkpoints through ``qk.monitored_training_session``. Each worker prints one
+JSON line: its task, the records it trained on and the global step it saw last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import tensorflow as tf
+
+import queuekit as qk
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from train_tf1 import make_splits, model  # noqa: E402
+
+v1 = tf.compat.v1
+
+
+def run_task(task: qk.ClusterTask, args) -> dict | None:
+    """Serve (a ps: until killed) or train (a worker) as ``task``."""
+    server = qk.start_server(task)
+    if task.job == "ps":
+        server.join()  # parameter servers never end on their own: the launcher ends them
+        return None
+    files = sorted(os.path.join(args.workdir, "data", f)
+                   for f in os.listdir(os.path.join(args.workdir, "data")) if "train" in f)
+    classes = int(open(os.path.join(args.workdir, "classes")).read())
+    graph = tf.Graph()
+    with graph.as_default(), v1.device(v1.train.replica_device_setter(
+            cluster=task.spec, worker_device=task.device)):
+        batch = qk.tfrecord_batches(files, batch_size=args.batch_size, num_epochs=args.epochs,
+                                    shuffle=True, seed=0, work_queue="/job:ps/task:0")
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=batch["label"], logits=model(batch["image"], classes)))
+        global_step = v1.train.get_or_create_global_step()
+        optimizer = v1.train.AdamOptimizer(2e-3)
+        hooks = []
+        if args.sync:
+            workers = len(task.cluster["worker"])
+            optimizer = v1.train.SyncReplicasOptimizer(optimizer, workers, workers)
+            hooks.append(optimizer.make_session_run_hook(task.is_chief))
+        train_op = optimizer.minimize(loss, global_step=global_step)
+        records = tf.shape(batch["label"])[0]
+    seen = step = 0
+    with qk.monitored_training_session(
+            master=server.target, is_chief=task.is_chief, hooks=hooks,
+            checkpoint_dir=os.path.join(args.workdir, "model") if task.is_chief else None,
+            save_checkpoint_secs=None, save_checkpoint_steps=50, save_summaries_steps=None,
+            log_step_count_steps=0) as sess:
+        while not sess.should_stop():
+            _, n, step = sess.run([train_op, records, global_step])
+            seen += int(n)
+    result = {"task": task.device, "records": seen, "global_step": int(step)}
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def launch(args, argv: list[str]) -> int:
+    """Make the data, run 1 ps + N workers on loopback, wait for the workers."""
+    _, _, classes = make_splits(args.workdir, args.images)
+    with open(os.path.join(args.workdir, "classes"), "w") as f:
+        f.write(str(classes))
+    rest = [a for a in argv if not a.startswith("--local-cluster")]
+    with qk.LocalCluster([sys.executable, os.path.abspath(__file__), *rest],
+                         workers=args.local_cluster, stdout=subprocess.PIPE, text=True) as cluster:
+        codes = cluster.wait_workers()
+        for device, proc in cluster.processes.items():
+            if "/job:worker/" in device:
+                sys.stdout.write(proc.stdout.read())
+    print(json.dumps({"exit_codes": codes}), flush=True)
+    return max(codes.values(), default=0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--local-cluster", type=int, default=0, metavar="N")
+    ap.add_argument("--workdir", default="queuekit-distributed")
+    ap.add_argument("--images", type=int, default=400)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--sync", action="store_true", help="SyncReplicasOptimizer")
+    args = ap.parse_args(argv)
+    if args.local_cluster:
+        return launch(args, argv)
+    if os.environ.get(qk.LocalCluster.PARENT_ENV):
+        qk.exit_with_parent()
+    task = qk.cluster_from_env()
+    if task is None:
+        ap.error("set TF_CONFIG (one per host), or try --local-cluster N")
+    run_task(task, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
