@@ -45,7 +45,8 @@ def run_task(task: qk.ClusterTask, args) -> dict | None:
         return None
     files = sorted(os.path.join(args.workdir, "data", f)
                    for f in os.listdir(os.path.join(args.workdir, "data")) if "train" in f)
-    classes = int(open(os.path.join(args.workdir, "classes")).read())
+    with open(os.path.join(args.workdir, "classes")) as f:
+        classes = int(f.read())
     graph = tf.Graph()
     with graph.as_default(), v1.device(v1.train.replica_device_setter(
             cluster=task.spec, worker_device=task.device)):

@@ -41,13 +41,9 @@ def cluster():
     assert all(p.poll() is not None for p in c.processes.values()), "a task outlived close"
     for addresses in c.cluster.values():  # no port stays bound
         for address in addresses:
-            with socket.socket() as s:
+            with socket.socket() as s:  # REUSEADDR: a closed server's TIME_WAIT is no listener
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 s.bind(("127.0.0.1", int(address.rsplit(":", 1)[1])))
-
-
-def _restart(c, index):
-    """Start worker ``index`` again (a test killed it)."""
-    _wait_ready(c.start_task("worker", index))
 
 
 def _ids(tmp_path, n_files=8, per_file=25):
@@ -82,8 +78,8 @@ def _run(c, i, graph, batch, count, out, *, after_batch=None, **kw):
     try:
         with qk.QueueSession(graph, target=_target(c, i), is_chief=i == 0,
                              stall_timeout_secs=30, **kw) as qs:
-            for x, steps in qs.iterate([batch, count]):
-                ids += x["id"].tolist()
+            for x, step in qs.iterate([batch, count]):
+                ids, steps = ids + x["id"].tolist(), step
                 if after_batch:
                     after_batch(len(ids))
     except Exception as e:  # noqa: BLE001 - handed to the test
@@ -124,7 +120,7 @@ def test_a_work_queue_gives_each_file_once_and_a_late_worker_gets_work(cluster, 
 
     graphs = [_graph(cluster, i, "work", lambda: qk.tfrecord_batches(
         files, batch_size=10, num_epochs=2, parse_fn=_parse, read_many=8,
-        work_queue="/job:ps/task:0", name="work_once")) for i in range(2)]
+        work_queue="/job:ps/task:0", name="work_once", capacity=20)) for i in range(2)]
 
     def late():
         assert late_started.wait(60)
@@ -134,49 +130,6 @@ def test_a_work_queue_gives_each_file_once_and_a_late_worker_gets_work(cluster, 
     assert "error0" not in out and "error1" not in out, out
     assert out[0] and out[1], {k: len(v) for k, v in out.items() if isinstance(k, int)}
     assert sorted(out[0] + out[1]) == sorted(list(range(300)) * 2)  # two epochs, once each
-
-
-def test_a_killed_worker_s_files_are_requeued(cluster, tmp_path):
-    files, out = _ids(tmp_path, n_files=12), {}
-    killed = threading.Event()
-
-    def kill_after_first_batch(n):
-        if not killed.is_set():
-            cluster.processes["/job:worker/task:1"].kill()
-            killed.set()
-
-    graphs = [_graph(cluster, i, "killed", lambda: qk.tfrecord_batches(
-        files, batch_size=10, num_epochs=1, parse_fn=_parse, read_many=8,
-        work_queue="/job:ps/task:0", name="work_killed", lost_after_secs=2)) for i in range(2)]
-
-    def chief():  # after its first batch, waits until worker 1 took files and was killed
-        _run(cluster, 0, *graphs[0], out, after_batch=lambda n: killed.wait(60))
-
-    try:
-        _threads(chief, lambda: _run(cluster, 1, *graphs[1], out,
-                                     after_batch=kill_after_first_batch, stop_grace_secs=1))
-    finally:
-        cluster.processes["/job:worker/task:1"].wait(30)
-        _restart(cluster, 1)
-    assert "error0" not in out, out
-    assert isinstance(out.get("error1"), tf.errors.OpError), out.get("error1")
-    # At least once: the lost worker's unfinished files were read again by the chief.
-    assert set(out[0]) | set(out[1]) == set(range(300))
-
-
-def test_a_corrupt_file_is_named_on_the_worker_that_read_it(cluster, tmp_path):
-    files, out = _ids(tmp_path, n_files=4), {}
-    data = bytearray(open(files[3], "rb").read())
-    data[40] ^= 0xFF
-    open(files[3], "wb").write(bytes(data))
-    graphs = [_graph(cluster, i, "corrupt", lambda i=i: qk.tfrecord_batches(
-        files, batch_size=10, num_epochs=1, parse_fn=_parse, read_many=8, shard=(i, 2),
-        check_framing=False)) for i in range(2)]
-    _threads(*[lambda i=i: _run(cluster, i, *graphs[i], out) for i in range(2)])
-    assert "error0" not in out and sorted(out[0]) == list(range(50))
-    error = out["error1"]
-    assert isinstance(error, tf.errors.DataLossError)
-    assert files[3] in "\n".join(getattr(error, "__notes__", [])), error
 
 
 def test_a_late_non_chief_never_reinitialises_and_leaves_shared_queues_open(cluster, tmp_path):
@@ -193,34 +146,6 @@ def test_a_late_non_chief_never_reinitialises_and_leaves_shared_queues_open(clus
             late.run(feed)
         assert not chief.run(closed)  # the non-chief's shutdown left the shared queue open
         assert chief.run(bump) == 10
-
-
-def test_sync_replicas_ends_on_every_worker(cluster):
-    results = {}
-
-    def worker(i):
-        graph = tf.Graph()
-        with graph.as_default(), v1.device(v1.train.replica_device_setter(
-                cluster=cluster.cluster, worker_device=f"/job:worker/task:{i}")):
-            with v1.variable_scope("sync"):
-                step = v1.get_variable("global_step", [], tf.int64, v1.zeros_initializer(),
-                                       trainable=False)
-                w = v1.get_variable("w", [], tf.float32, v1.ones_initializer())
-            opt = v1.train.SyncReplicasOptimizer(v1.train.GradientDescentOptimizer(0.1), 2, 2)
-            train = opt.minimize(tf.square(w), global_step=step)
-        hooks = [opt.make_session_run_hook(i == 0), v1.train.StopAtStepHook(last_step=6)]
-        with graph.as_default():
-            try:
-                with qk.monitored_training_session(master=_target(cluster, i), is_chief=i == 0,
-                                                   hooks=hooks, stop_grace_period_secs=3) as s:
-                    while not s.should_stop():
-                        s.run(train)
-                results[i] = "done"
-            except Exception as e:  # noqa: BLE001 - handed to the test
-                results[i] = e
-
-    _threads(lambda: worker(0), lambda: worker(1))
-    assert results == {0: "done", 1: "done"}, results
 
 
 def test_cluster_from_env_reads_tf_config():

@@ -243,8 +243,7 @@ class QueueSession(SessionInterface):
                                 reads=self._reads(fetches))
 
     def partial_run_setup(self, fetches, feeds=None):  # on the session, without the policy
-        self._ensure_started()
-        return self.session.partial_run_setup(fetches, feeds)
+        return self.start().session.partial_run_setup(fetches, feeds)
 
     def partial_run(self, handle, fetches, feed_dict=None):
         """``Session.partial_run`` with the run policy."""
