@@ -44,7 +44,8 @@ def run_task(task: qk.ClusterTask, args) -> dict | None:
         server.join()  # parameter servers never end on their own: the launcher ends them
         return None
     files = sorted(os.path.join(args.workdir, "data", f)
-                   for f in os.listdir(os.path.join(args.workdir, "data")) if "train" in f)
+                   for f in os.listdir(os.path.join(args.workdir, "data"))
+                   if f.startswith("train.tfrecords") and not f.endswith((".txt", ".json")))
     with open(os.path.join(args.workdir, "classes")) as f:
         classes = int(f.read())
     graph = tf.Graph()
@@ -64,7 +65,7 @@ def run_task(task: qk.ClusterTask, args) -> dict | None:
         train_op = optimizer.minimize(loss, global_step=global_step)
         records = tf.shape(batch["label"])[0]
     seen = step = 0
-    with qk.monitored_training_session(
+    with graph.as_default(), qk.monitored_training_session(
             master=server.target, is_chief=task.is_chief, hooks=hooks,
             checkpoint_dir=os.path.join(args.workdir, "model") if task.is_chief else None,
             save_checkpoint_secs=None, save_checkpoint_steps=50, save_summaries_steps=None,
@@ -77,12 +78,13 @@ def run_task(task: qk.ClusterTask, args) -> dict | None:
     return result
 
 
-def launch(args, argv: list[str]) -> int:
+def launch(args) -> int:
     """Make the data, run 1 ps + N workers on loopback, wait for the workers."""
     _, _, classes = make_splits(args.workdir, args.images)
     with open(os.path.join(args.workdir, "classes"), "w") as f:
         f.write(str(classes))
-    rest = [a for a in argv if not a.startswith("--local-cluster")]
+    rest = ["--workdir", args.workdir, "--epochs", str(args.epochs),
+            "--batch-size", str(args.batch_size)] + (["--sync"] if args.sync else [])
     with qk.LocalCluster([sys.executable, os.path.abspath(__file__), *rest],
                          workers=args.local_cluster, stdout=subprocess.PIPE, text=True) as cluster:
         codes = cluster.wait_workers()
@@ -104,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sync", action="store_true", help="SyncReplicasOptimizer")
     args = ap.parse_args(argv)
     if args.local_cluster:
-        return launch(args, argv)
+        return launch(args)
     if os.environ.get(qk.LocalCluster.PARENT_ENV):
         qk.exit_with_parent()
     task = qk.cluster_from_env()
