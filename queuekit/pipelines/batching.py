@@ -114,8 +114,10 @@ def shuffle_sizes(capacity, min_after_dequeue, batch_size):
     return capacity, int(min_after_dequeue)
 
 
-def file_batches(files, read, opts: Batching, *, name: str):
+def file_batches(files, read, opts: Batching, *, name: str, device: str | None = None):
     """Batches from ``files``: ``read(filename_queue)`` builds one reader's dict of tensors.
+
+    ``device``: this worker's (``distributed.worker_device``), found here when None.
 
     With ``opts.read_many`` each reader's tensors have a leading batch dimension
     (``enqueue_many``).
@@ -123,10 +125,10 @@ def file_batches(files, read, opts: Batching, *, name: str):
     allow_smaller = opts.allow_smaller_final_batch
     if allow_smaller is None:
         allow_smaller = opts.num_epochs is not None
-    with quiet_deprecations(), worker_inputs(), tf.name_scope(name):
+    with quiet_deprecations(), worker_inputs(device), tf.name_scope(name):
         n_readers, tuned = resolve_count("num_readers", opts.num_readers, opts.max_readers)
         if opts.work_queue:
-            _, queues = work_queue_inputs(
+            queues = work_queue_inputs(
                 opts.work_queue, files, n_readers, name=_v1.get_default_graph().get_name_scope(),
                 num_epochs=opts.num_epochs, shuffle=opts.shuffle, seed=opts.seed,
                 lost_after_secs=opts.lost_after_secs, on_lost=opts.on_lost)

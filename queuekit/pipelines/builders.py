@@ -121,7 +121,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         shard: ``(index, count)``: this worker reads every ``count``-th file
             from ``index`` (``shard_by="file"``; an error with fewer files than
             shards), or with ``shard_by="record"`` every file and its share of
-            the records (a stable hash of each record's ``file:index`` key).
+            the records (a stable hash of each record's ``file:byte offset`` key).
         work_queue: a parameter server's device (``"/job:ps/task:0"``): the
             files come from a queue there that the chief fills, so fast workers
             read more files and each is read once across the cluster
@@ -143,7 +143,8 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
     if record_shard and parse_fn is not None and not read_many:
         raise ValueError("shard_by='record' with parse_fn needs read_many (parse_fn then "
                          "gets a vector of records, the shard's share of each read)")
-    if read_many is None and parse_fn is None and (record_shard or worker_device()):
+    device = worker_device()  # once: each call adds a probe op to the graph
+    if read_many is None and parse_fn is None and (record_shard or device):
         read_many = REMOTE_READ_MANY
     opts = Batching(batch_size, num_epochs, shuffle, seed, num_readers, num_threads, read_many,
                     capacity, min_after_dequeue, allow_smaller_final_batch, normalize,
@@ -158,15 +159,15 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
             raise ValueError("give schema or parse_fn, not both")
 
         def read(filename_queue):
-            keys, serialized = _records(_reader(kind), filename_queue, read_many, record_shard)
+            _, serialized = _records(_reader(kind), filename_queue, read_many, record_shard)
             return parse_fn(serialized)
 
-        return file_batches(files, read, opts, name=name or "tfrecord_batches")
+        return file_batches(files, read, opts, name=name or "tfrecord_batches", device=device)
     size = None if image_size is None else _pair(image_size)
     layout = record_layout(files, image_shape, schema, DecodeOptions(
         size, dct_method, None if random_crop is None else tuple(random_crop), seed))
     return file_batches(files, lambda fq: _read(fq, layout, read_many, kind, record_shard),
-                        opts, name=name or "tfrecord_batches")
+                        opts, name=name or "tfrecord_batches", device=device)
 
 
 def _pair(size) -> tuple[int, int]:

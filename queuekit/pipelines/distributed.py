@@ -80,13 +80,14 @@ def shard_files(files: list[str], shard, shard_by: str) -> tuple[list[str], tupl
 
 
 def keep_shard(keys: tf.Tensor, shard: tuple[int, int]) -> tf.Tensor:
-    """A mask of the records (``file:index`` keys) of one record shard: a stable hash."""
+    """A mask of the records (reader keys ``file:byte offset``) of one record shard: a
+    stable hash."""
     index, count = shard
     return tf.equal(tf.strings.to_hash_bucket_fast(keys, count), index)
 
 
 def work_queue_inputs(device: str, files, n_readers: int, *, name: str, num_epochs, shuffle,
-                      seed, lost_after_secs: float, on_lost: str) -> tuple[WorkQueue, list]:
+                      seed, lost_after_secs: float, on_lost: str) -> list:
     """The work queue's ops: shared queues on ``device`` (a ps), one local queue per reader
     (capacity 1: a reader holds its file and at most the next item)."""
     if on_lost not in ON_LOST:
@@ -116,5 +117,5 @@ def work_queue_inputs(device: str, files, n_readers: int, *, name: str, num_epoc
                          local_puts=[q.enqueue([local_path]) for q in local],
                          local_path=local_path, local_closes=[q.close() for q in local],
                          local_sizes=[q.size() for q in local], **ops)
-    _v1.add_to_collection(WORK_COLLECTION, work)
-    return work, local
+    _v1.add_to_collection(WORK_COLLECTION, work)  # the session runs its threads from there
+    return local

@@ -157,12 +157,11 @@ class RunnerSet:
               enqueue_op) -> None:
         # Named before the error is published: the main thread may raise it at once.
         note = None
-        if enqueue_op is None or self.failure is not None:
-            pass
-        elif isinstance(exc, tf.errors.DataLossError):
-            note = corrupt_file_note(enqueue_op.graph, enqueue_op, exc)
-        elif isinstance(exc, tf.errors.InvalidArgumentError):
-            note = image_file_note(enqueue_op.graph, enqueue_op, exc)
+        if enqueue_op is not None and self.failure is None:  # a runner's op: name its file
+            if isinstance(exc, tf.errors.DataLossError):
+                note = corrupt_file_note(enqueue_op.graph, enqueue_op, exc)
+            elif isinstance(exc, tf.errors.InvalidArgumentError):
+                note = image_file_note(enqueue_op.graph, enqueue_op, exc)
         with self._lock:
             first = self.failure is None
             if first:

@@ -105,7 +105,9 @@ class SessionThreads:
             self.runners.drain(min(0.5, grace / 2))
         self.runners.cancel()
         stuck = self.runners.join(grace)
-        # A work thread's remote waits are bounded (work.py): it sees the stop.
+        # A work relay blocked taking from the ps (the chief has no file for it yet) is not
+        # woken by our stop: it is named as stuck (known gap: closing the session would
+        # cancel that step).
         others = [t for w in self._work.values() for t in w.threads]
         for thread in others + [t.thread for t in self._tuners]:
             thread.join(max(0.1, grace / 2))

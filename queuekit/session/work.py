@@ -126,14 +126,17 @@ class WorkThreads:
 
     # -- the chief -----------------------------------------------------------
     def _books(self) -> None:
-        books = Books(self.work, self._sess, self._remote)
+        books = Books(self.work, self._sess)
         try:
             books.fill_epoch()
             while not self._coord.wait_for_stop(_BOOKS_SECS):
                 if books.update():
                     break
         finally:
-            self._remote(self.work.close)  # the chief ends the job: nobody waits for more
+            try:  # also when stopping: the chief ends the job, nobody waits for more
+                self._sess.run(self.work.close)  # closing never blocks
+            except tf.errors.OpError as e:
+                log.debug("could not close the work queue %s: %r", self.work.name, e)
         if books.lost:
             raise WorkLost(
                 f"work queue {self.work.name}: {len(books.lost)} file(s) taken by lost task(s) "
@@ -145,10 +148,9 @@ class WorkThreads:
 class Books:
     """The chief's view of one work queue: what was filled, taken by whom, finished."""
 
-    def __init__(self, work: WorkQueue, sess, remote):
+    def __init__(self, work: WorkQueue, sess):
         self.work = work
         self._sess = sess
-        self._remote = remote
         self.epoch = 0
         self.pending: set[str] = set()  # filled, not finished
         self.taken: dict[str, str] = {}  # entry -> the task that holds it
