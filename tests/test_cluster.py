@@ -5,6 +5,7 @@ server (``target=grpc://...``), so the readers, queues and epoch counters run in
 the worker processes, and killing one kills that worker's half of the job.
 """
 
+import collections
 import json
 import os
 import signal
@@ -17,10 +18,12 @@ import pytest
 import tensorflow as tf
 
 import queuekit as qk
+from tests.cluster_jobs import parse, work_batches, worker_graph
 from tests.helpers import default_signals, write_id_records
 
 v1 = tf.compat.v1
 SERVER = os.path.join(os.path.dirname(__file__), "cluster_server.py")
+WORKER = os.path.join(os.path.dirname(__file__), "cluster_worker.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.timeout(120) if hasattr(pytest.mark, "timeout") else []
 
@@ -32,12 +35,15 @@ def _wait_ready(proc):
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = qk.LocalCluster([sys.executable, SERVER], workers=2, stdout=subprocess.PIPE,
+    """1 ps and 2 worker servers; a third worker slot for a test's own worker process."""
+    c = qk.LocalCluster([sys.executable, SERVER], workers=3, stdout=subprocess.PIPE,
                         stderr=subprocess.DEVNULL, preexec_fn=default_signals)
-    with c:
-        for proc in c.processes.values():
-            _wait_ready(proc)
+    try:
+        for job, i in (("ps", 0), ("worker", 0), ("worker", 1)):
+            _wait_ready(c.start_task(job, i))
         yield c
+    finally:
+        c.close()
     assert all(p.poll() is not None for p in c.processes.values()), "a task outlived close"
     for addresses in c.cluster.values():  # no port stays bound
         for address in addresses:
@@ -51,21 +57,13 @@ def _ids(tmp_path, n_files=8, per_file=25):
             for k in range(n_files)]
 
 
-def _parse(serialized):
-    return tf.io.parse_example(serialized, {"id": tf.io.FixedLenFeature([], tf.int64)})
-
-
 def _graph(c, i, scope, build):
-    """Worker ``i``'s graph: a step counter on the ps, the input ``build()`` on the worker."""
-    graph = tf.Graph()
-    with graph.as_default(), v1.device(v1.train.replica_device_setter(
-            cluster=c.cluster, worker_device=f"/job:worker/task:{i}")):
-        with v1.variable_scope(scope):  # a fresh name on the shared ps for every test
-            step = v1.get_variable("step", [], tf.int64, v1.zeros_initializer(),
-                                   trainable=False)
-        batch = build()
-        count = step.assign_add(1)
-    return graph, batch, count
+    return worker_graph(c.cluster, i, scope, build)
+
+
+def _filters(i):
+    """What start_server's sessions get: worker 2 may be absent (not started, or killed)."""
+    return v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{i}"])
 
 
 def _target(c, i):
@@ -77,7 +75,7 @@ def _run(c, i, graph, batch, count, out, *, after_batch=None, **kw):
     ids, steps = [], 0
     try:
         with qk.QueueSession(graph, target=_target(c, i), is_chief=i == 0,
-                             stall_timeout_secs=30, **kw) as qs:
+                             stall_timeout_secs=30, config=_filters(i), **kw) as qs:
             for x, step in qs.iterate([batch, count]):
                 ids, steps = ids + x["id"].tolist(), step
                 if after_batch:
@@ -99,7 +97,7 @@ def _threads(*targets):
 def test_static_shards_read_everything_once(cluster, tmp_path):
     files, out = _ids(tmp_path), {}
     graphs = [_graph(cluster, i, "static", lambda i=i: qk.tfrecord_batches(
-        files, batch_size=10, num_epochs=1, parse_fn=_parse, read_many=8, shard=(i, 2)))
+        files, batch_size=10, num_epochs=1, parse_fn=parse, read_many=8, shard=(i, 2)))
         for i in range(2)]
     _threads(*[lambda i=i: _run(cluster, i, *graphs[i], out) for i in range(2)])
     assert "error0" not in out and "error1" not in out, out
@@ -118,9 +116,8 @@ def test_a_work_queue_gives_each_file_once_and_a_late_worker_gets_work(cluster, 
             late_started.set()
             assert late_read.wait(60), "the late worker never got a file"
 
-    graphs = [_graph(cluster, i, "work", lambda: qk.tfrecord_batches(
-        files, batch_size=10, num_epochs=2, parse_fn=_parse, read_many=8,
-        work_queue="/job:ps/task:0", name="work_once", capacity=20)) for i in range(2)]
+    graphs = [_graph(cluster, i, "work", lambda: work_batches(files, "work_once"))
+              for i in range(2)]
 
     def late():
         assert late_started.wait(60)
@@ -132,6 +129,78 @@ def test_a_work_queue_gives_each_file_once_and_a_late_worker_gets_work(cluster, 
     assert sorted(out[0] + out[1]) == sorted(list(range(300)) * 2)  # two epochs, once each
 
 
+def _victim(c, files, name, options):
+    """Worker 2 as its own process, holding its files after its first batch."""
+    env = dict(os.environ, TF_CONFIG=json.dumps(
+        {"cluster": c.cluster, "task": {"type": "worker", "index": 2}}),
+        PYTHONPATH=ROOT, **{qk.LocalCluster.PARENT_ENV: str(os.getpid())})
+    args = {"files": files, "name": name, "scope": name, "hold": True, "options": options}
+    return subprocess.Popen([sys.executable, WORKER, json.dumps(args)], env=env, text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, preexec_fn=default_signals)
+
+
+def _kill_mid_epoch(c, tmp_path, name, on_lost):
+    """The chief, worker 1 and worker 2 (a process, SIGKILLed holding files) on one work
+    queue; (what each survivor read, what the victim printed)."""
+    files, out = _ids(tmp_path, n_files=12), {}
+    options = {"lost_after_secs": 2.0, "on_lost": on_lost}
+    graphs = [_graph(c, i, name, lambda: work_batches(files, name, **options))
+              for i in range(2)]
+    killed, victim_ids = threading.Event(), []
+    victim = _victim(c, files, name, options)
+
+    def kill_after_first_batch():
+        line = victim.stdout.readline()  # after the chief filled the queue and started
+        victim_ids.extend(json.loads(line) if line.startswith("[") else [])
+        victim.kill()
+        victim.wait(30)
+        killed.set()
+
+    def chief_paced(n):
+        assert killed.wait(60), "the victim never read a batch"
+
+    def second():
+        assert killed.wait(60)
+        _run(c, 1, *graphs[1], out)
+
+    try:
+        _threads(lambda: _run(c, 0, *graphs[0], out, after_batch=chief_paced), second,
+                 kill_after_first_batch)
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+            victim.wait()
+    assert victim_ids, "the victim read nothing before it was killed"
+    return out, victim_ids
+
+
+def test_a_killed_worker_s_files_are_read_again(cluster, tmp_path, caplog):
+    caplog.set_level("WARNING", logger="queuekit.cluster")
+    out, victim_ids = _kill_mid_epoch(cluster, tmp_path, "killed_requeue", "requeue")
+    assert "error0" not in out and "error1" not in out, out
+    survivors = collections.Counter(out[0] + out[1])
+    # The victim consumed one batch, less than a file: it finished none, so the survivors
+    # read every one of its files again, and every file of both epochs exactly once.
+    assert len(victim_ids) < 25
+    assert survivors == collections.Counter(list(range(300)) * 2)
+    assert "/job:worker/task:2" in caplog.text and "re-queued" in caplog.text
+
+
+def test_a_killed_worker_s_files_are_named_on_the_chief(cluster, tmp_path):
+    out, victim_ids = _kill_mid_epoch(cluster, tmp_path, "killed_raise", "raise")
+    error = out.get("error0")
+    assert isinstance(error, qk.WorkLost), (repr(error), out.get("error1"))
+    # A file the victim was taking when it died has no task: "a task that died while taking".
+    assert error.tasks[0] == "/job:worker/task:2" and error.files
+    assert all("died while taking" in t for t in error.tasks[1:])
+    assert all(f in str(error) for f in error.files)
+    missing = collections.Counter(list(range(300)) * 2) - collections.Counter(out[0] + out[1])
+    lost_ids = {int(os.path.basename(f).split(".")[0]) * 25 + j for f in error.files
+                for j in range(25)}
+    assert missing and set(missing) <= lost_ids  # nothing else is missing
+
+
 def test_a_late_non_chief_never_reinitialises_and_leaves_shared_queues_open(cluster, tmp_path):
     graph = tf.Graph()
     with graph.as_default(), v1.device("/job:ps/task:0"):
@@ -139,9 +208,11 @@ def test_a_late_non_chief_never_reinitialises_and_leaves_shared_queues_open(clus
         shared = tf.queue.FIFOQueue(10, [tf.int64], [[]], shared_name="late_shared")
         bump, closed = value.assign_add(5), shared.is_closed()
         feed = shared.enqueue([value])
-    with qk.QueueSession(graph, target=_target(cluster, 0), is_chief=True) as chief:
+    with qk.QueueSession(graph, target=_target(cluster, 0), is_chief=True,
+                         config=_filters(0)) as chief:
         chief.run(bump)
-        with qk.QueueSession(graph, target=_target(cluster, 1), is_chief=False) as late:
+        with qk.QueueSession(graph, target=_target(cluster, 1), is_chief=False,
+                             config=_filters(1)) as late:
             assert late.run(value) == 5  # the non-chief waited, and did not re-initialise
             late.run(feed)
         assert not chief.run(closed)  # the non-chief's shutdown left the shared queue open
@@ -174,14 +245,14 @@ def test_a_taken_port_is_named():
 def test_fewer_files_than_shards_is_an_error(tmp_path):
     files = _ids(tmp_path, n_files=2)
     with tf.Graph().as_default(), pytest.raises(qk.DatasetError, match="shard_by='record'"):
-        qk.tfrecord_batches(files, shard=(0, 3), parse_fn=_parse, read_many=4)
+        qk.tfrecord_batches(files, shard=(0, 3), parse_fn=parse, read_many=4)
 
 
 def test_record_shards_split_every_file(tmp_path):
     files, seen = _ids(tmp_path, n_files=2), []
     for i in range(3):
         with qk.QueueSession() as qs:
-            b = qk.tfrecord_batches(files, batch_size=5, num_epochs=1, parse_fn=_parse,
+            b = qk.tfrecord_batches(files, batch_size=5, num_epochs=1, parse_fn=parse,
                                     read_many=4, shard=(i, 3), shard_by="record")
             seen.append([j for x in qs.iterate(b) for j in x["id"].tolist()])
     assert sorted(sum(seen, [])) == list(range(50)) and all(seen)

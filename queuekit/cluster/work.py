@@ -10,14 +10,21 @@ graph names alike (``shared_name``):
 
 - ``todo``: entries ``"<epoch>\\t<file>"``. Only the chief fills it, epoch by
   epoch, and closes it when every entry is done (or reported lost).
-- ``events``: ``"take|done|back\\t<task>\\t<entry>"`` and ``"beat\\t<task>"``.
-  A worker's relay thread takes an entry for one of its readers (each reader
+- ``events``: ``"take|read|done|back\\t<task>\\t<entry>"`` and ``"beat\\t<task>"``.
+  A worker's relay thread takes an entry for one of its readers (the ps
+  enqueues the ``take`` event in the same step, so an entry never vanishes
+  with a worker that dies in the take; each reader
   has its own local filename queue) and puts the file there, then
   :data:`MARKER`, an empty file: the reader takes the marker only once it
   finished the file, so the count of items taken from the local queue says
-  which files are done without asking the reader (whose lock is held while it
-  waits for work). Every worker beats every :data:`BEAT_SECS`; a worker that
-  stops gives its unfinished entries ``back``.
+  which files the reader finished without asking it (its lock is held while it
+  waits for work). A finished file is ``done`` once the training loop has also
+  taken every one of its records out of the batch queue: the session fetches
+  each batch's :data:`FILE_KEY` component with the run that dequeues it and
+  counts the records per file against the file's record count, so records
+  still in a dead worker's queues are not counted as delivered. Every worker
+  beats every :data:`BEAT_SECS`; a worker that stops gives its unfinished
+  entries ``back``.
 
 The chief keeps the books: an entry taken by a task that stopped beating for
 ``lost_after_secs`` is re-queued (``on_lost="requeue"``: at least once for
@@ -33,6 +40,7 @@ from typing import Any
 WORK_COLLECTION = "queuekit_work_queues"
 BEAT_SECS = 0.5
 MARKER = "/dev/null"  # zero records, on every POSIX host a reader may run on
+FILE_KEY = "queuekit_work_file"  # the batch component naming each record's file
 ON_LOST = ("requeue", "raise")
 
 
@@ -60,7 +68,8 @@ class WorkQueue:
     fill_entries: Any  # placeholder [None] string
     close: Any  # op: todo.close() (pending takes see the end)
     todo_size: Any
-    take: Any  # todo.dequeue(): one entry
+    take: Any  # (todo.dequeue(), its "take" event enqueued on the ps): one entry
+    task_name: Any  # placeholder [] string: the taking task
     put_event: Any  # op: events.enqueue(event)
     event: Any  # placeholder [] string
     events_size: Any
@@ -71,6 +80,8 @@ class WorkQueue:
     local_path: Any  # placeholder [] string
     local_closes: list[Any]
     local_sizes: list[Any]
+    # the batch's file names, one per record (FILE_KEY, taken out of the user's dict)
+    consumed: Any = None
 
     def local_queues(self) -> list[str]:
         """The names of this worker's per-reader filename queues."""

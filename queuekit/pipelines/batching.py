@@ -14,6 +14,7 @@ import os
 
 import tensorflow as tf
 
+from queuekit.cluster.work import FILE_KEY
 from queuekit.pipelines.distributed import work_queue_inputs, worker_inputs
 
 _v1 = tf.compat.v1
@@ -127,8 +128,9 @@ def file_batches(files, read, opts: Batching, *, name: str, device: str | None =
         allow_smaller = opts.num_epochs is not None
     with quiet_deprecations(), worker_inputs(device), tf.name_scope(name):
         n_readers, tuned = resolve_count("num_readers", opts.num_readers, opts.max_readers)
+        work = None
         if opts.work_queue:
-            queues = work_queue_inputs(
+            queues, work = work_queue_inputs(
                 opts.work_queue, files, n_readers, name=_v1.get_default_graph().get_name_scope(),
                 num_epochs=opts.num_epochs, shuffle=opts.shuffle, seed=opts.seed,
                 lost_after_secs=opts.lost_after_secs, on_lost=opts.on_lost)
@@ -151,6 +153,8 @@ def file_batches(files, read, opts: Batching, *, name: str, device: str | None =
                            num_threads=opts.num_threads)
         if tuned:
             mark_tuned()
+        if work is not None:
+            work.consumed = batch.pop(FILE_KEY, None)  # None: acks when read
         return finish(batch, opts.normalize)
 
 

@@ -14,6 +14,7 @@ import os
 
 import tensorflow as tf
 
+from queuekit.cluster.work import FILE_KEY
 from queuekit.errors import DatasetError
 from queuekit.pipelines.batching import (
     Batching,
@@ -30,12 +31,13 @@ from queuekit.pipelines.batching import (
 from queuekit.pipelines.decode import DecodeOptions, resized
 from queuekit.pipelines.distributed import (
     REMOTE_READ_MANY,
+    file_of,
     keep_shard,
     shard_files,
     worker_device,
     worker_inputs,
 )
-from queuekit.pipelines.layout import RecordLayout, parse_records, record_layout
+from queuekit.pipelines.layout import parse_records, record_layout
 from queuekit.records.files import check_files, compression_of_all, expand_files
 from queuekit.records.folder import ImageFolder, scan_image_folder
 
@@ -128,6 +130,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
             (ARCHITECTURE.md, *Work queue*). ``lost_after_secs``: a worker
             silent that long is lost; ``on_lost``: ``"requeue"`` its unfinished
             files (at least once for them) or ``"raise"`` ``WorkLost`` naming them.
+            A ``parse_fn`` must then give one element per record read.
         name: name scope.
 
     On a cluster the input is pinned to this worker (:func:`~queuekit.worker_inputs`)
@@ -158,16 +161,24 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         if schema != "auto":
             raise ValueError("give schema or parse_fn, not both")
 
-        def read(filename_queue):
-            _, serialized = _records(_reader(kind), filename_queue, read_many, record_shard)
+        def parse(serialized, _keys):
             return parse_fn(serialized)
+    else:
+        size = None if image_size is None else _pair(image_size)
+        layout = record_layout(files, image_shape, schema, DecodeOptions(
+            size, dct_method, None if random_crop is None else tuple(random_crop), seed))
 
-        return file_batches(files, read, opts, name=name or "tfrecord_batches", device=device)
-    size = None if image_size is None else _pair(image_size)
-    layout = record_layout(files, image_shape, schema, DecodeOptions(
-        size, dct_method, None if random_crop is None else tuple(random_crop), seed))
-    return file_batches(files, lambda fq: _read(fq, layout, read_many, kind, record_shard),
-                        opts, name=name or "tfrecord_batches", device=device)
+        def parse(serialized, keys):
+            return parse_records(serialized, keys, layout, many=bool(read_many))
+
+    def read(filename_queue):
+        keys, serialized = _records(_reader(kind), filename_queue, read_many, record_shard)
+        tensors = parse(serialized, keys)
+        if work_queue:  # the session counts each file's records out of the batch queue
+            tensors = dict(tensors, **{FILE_KEY: file_of(keys)})
+        return tensors
+
+    return file_batches(files, read, opts, name=name or "tfrecord_batches", device=device)
 
 
 def _pair(size) -> tuple[int, int]:
@@ -188,10 +199,6 @@ def _records(reader, filename_queue, read_many, record_shard):
     return keys, serialized
 
 
-def _read(filename_queue, layout: RecordLayout, read_many, compression, record_shard):
-    """One reader: a dict of tensors for one record, or for up to ``read_many`` records."""
-    keys, serialized = _records(_reader(compression), filename_queue, read_many, record_shard)
-    return parse_records(serialized, keys, layout, many=bool(read_many))
 
 
 def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,

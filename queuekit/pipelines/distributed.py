@@ -86,10 +86,16 @@ def keep_shard(keys: tf.Tensor, shard: tuple[int, int]) -> tf.Tensor:
     return tf.equal(tf.strings.to_hash_bucket_fast(keys, count), index)
 
 
+def file_of(keys: tf.Tensor) -> tf.Tensor:
+    """The file of each reader key (``file:byte offset``)."""
+    return tf.strings.regex_replace(keys, ":[0-9]+$", "")
+
+
 def work_queue_inputs(device: str, files, n_readers: int, *, name: str, num_epochs, shuffle,
-                      seed, lost_after_secs: float, on_lost: str) -> list:
+                      seed, lost_after_secs: float, on_lost: str) -> tuple[list, WorkQueue]:
     """The work queue's ops: shared queues on ``device`` (a ps), one local queue per reader
-    (capacity 1: a reader holds its file and at most the next item)."""
+    (capacity 1: a reader holds its file and at most the next item); (the local queues,
+    the :class:`WorkQueue`)."""
     if on_lost not in ON_LOST:
         raise ValueError(f"on_lost must be one of {ON_LOST}, not {on_lost!r}")
     if lost_after_secs <= 0:
@@ -103,8 +109,14 @@ def work_queue_inputs(device: str, files, n_readers: int, *, name: str, num_epoc
         fill_entries = _v1.placeholder(tf.string, [None], name="fill_entries")
         event = _v1.placeholder(tf.string, [], name="event")
         events_count = _v1.placeholder(tf.int32, [], name="events_count")
+        task_name = _v1.placeholder(tf.string, [], name="task")
+        taken = todo.dequeue()
+        # Taken and announced in one step on the ps: a worker that dies in the take
+        # cannot make an entry vanish unannounced.
+        told = events.enqueue([tf.strings.join(["take\t", task_name, "\t", taken])])
         ops = dict(fill=todo.enqueue_many([fill_entries]), fill_entries=fill_entries,
-                   close=todo.close(), todo_size=todo.size(), take=todo.dequeue(),
+                   close=todo.close(), todo_size=todo.size(), take=(taken, told),
+                   task_name=task_name,
                    put_event=events.enqueue([event]), event=event,
                    events_size=events.size(), take_events=events.dequeue_many(events_count),
                    events_count=events_count)
@@ -118,4 +130,4 @@ def work_queue_inputs(device: str, files, n_readers: int, *, name: str, num_epoc
                          local_path=local_path, local_closes=[q.close() for q in local],
                          local_sizes=[q.size() for q in local], **ops)
     _v1.add_to_collection(WORK_COLLECTION, work)  # the session runs its threads from there
-    return local
+    return local, work

@@ -51,13 +51,11 @@ class QueueSession(SessionInterface):
     run. A ``SessionInterface``: ``saver.save(qs, path)``,
     ``tensor.eval(session=qs)`` run through :meth:`run` and its policy.
 
-    The graph:
-        ``graph``, else the default graph if the program built ops in it (as
-        ``Session()`` runs it), else a fresh one; the default inside ``with``.
+    The graph: ``graph``, else the default graph if the program built ops in it
+    (as ``Session()`` does), else a fresh one; the default inside ``with``.
 
-    End of data:
-        When the input is exhausted :meth:`run` raises :class:`EndOfData`, a
-        subclass of ``tf.errors.OutOfRangeError``; :meth:`iterate` just stops.
+    End of data: :meth:`run` raises :class:`EndOfData` (an ``OutOfRangeError``);
+    :meth:`iterate` just stops.
 
     Exception handling:
         A runner thread's error (a corrupt record, a bad image, a
@@ -72,17 +70,14 @@ class QueueSession(SessionInterface):
         files that hold no records). A long training step does not count: the
         queues it reads fill up. A stall ends the session. ``None`` disables.
 
-    Grace period:
-        On exit it stops the threads (closing this task's queues, cancelling
-        blocked enqueues) within ``stop_grace_secs``; threads still alive are
-        named in :class:`ShutdownTimeout` and the session is left open.
+    Grace period: on exit the threads stop (this task's queues closed, blocked
+    enqueues cancelled) within ``stop_grace_secs``, or :class:`ShutdownTimeout`.
 
     Ctrl-C: while the session is active in the main thread, SIGINT closes the
     queues even under a blocked dequeue, which raises ``KeyboardInterrupt``.
 
-    Autotune: ``num_readers="auto"`` runners get a tuner thread (:meth:`tuning`).
-    On a cluster: ``is_chief``, ``start.session_config``; shutdown leaves shared
-    queues and those on a ps alone (``queue_ops.owned``).
+    Autotune: a tuner thread (:meth:`tuning`). On a cluster: ``is_chief``,
+    ``start.session_config``, work queue threads; shutdown leaves shared queues alone.
 
     Args:
         graph: the graph to run (see *The graph*).
@@ -239,8 +234,13 @@ class QueueSession(SessionInterface):
         return result
 
     def _step(self, fetches, feed_dict, options, run_metadata):
-        return self._policy.run(self._sess, fetches, feed_dict, options, run_metadata,
-                                reads=self._reads(fetches))
+        reads = self._reads(fetches)
+        assert self._threads is not None  # started by the caller
+        extra = self._threads.work_fetches(reads)  # a work queue's files: done once consumed
+        result = self._policy.run(self._sess, (fetches, extra), feed_dict, options,
+                                  run_metadata, reads=reads)
+        self._threads.consumed(result[1])
+        return result[0]
 
     def partial_run_setup(self, fetches, feeds=None):  # on the session, without the policy
         return self.start().session.partial_run_setup(fetches, feeds)
@@ -295,7 +295,7 @@ class QueueSession(SessionInterface):
             check_files(tfrecord_files(self._graph))  # a cut file: no silent short epoch
         self._threads = SessionThreads(
             self._graph, sess, self._state, self._stall_timeout, self._grace,
-            task=self._task.device if self._task else "", chief=self._init.chief)
+            task=self._task.device if self._task else self._target, chief=self._init.chief)
         self._policy.attach(self._threads.coord, self._threads.runners, self._threads.signals)
         self._threads.start_new_runners()
         for hook in self._hooks:

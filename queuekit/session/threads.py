@@ -19,6 +19,7 @@ from queuekit.cluster.work import WORK_COLLECTION
 from queuekit.session.diagnose import empty_files
 from queuekit.session.interrupt import ROUTER, SessionSignals
 from queuekit.session.queue_ops import queue_ops
+from queuekit.session.reads import queue_op, queues_read
 from queuekit.session.run_state import RunState
 from queuekit.session.runners import RunnerSet
 from queuekit.session.stall import StallWatch
@@ -72,12 +73,29 @@ class SessionThreads:
         return True
 
     def _start_work(self) -> None:
-        for work in self._graph.get_collection(WORK_COLLECTION):
-            if id(work) not in self._work:
-                threads = self._work[id(work)] = WorkThreads(
-                    self._sess, self.coord, work, self._task, self._chief,
-                    lambda e, name, w=work.name: self.runners.fail(e, name, w))
-                threads.start()
+        works = [w for w in self._graph.get_collection(WORK_COLLECTION) if id(w) not in self._work]
+        if not works:
+            return
+        # A batch that a runner moves on (a second queue) is consumed out of our sight:
+        # such files are done once read.
+        runners = self._graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
+        moved_on = set(queues_read([op for qr in runners for op in qr.enqueue_ops]))
+        for work in works:
+            threads = self._work[id(work)] = WorkThreads(
+                self._sess, self.coord, work, self._task, self._chief,
+                lambda e, name, w=work.name: self.runners.fail(e, name, w),
+                by_consumption=_batch_queue(work) not in moved_on)
+            threads.start()
+
+    def work_fetches(self, reads) -> dict[int, tf.Tensor]:
+        """The file names to fetch with a run that dequeues ``reads``, by work queue."""
+        return {key: w.work.consumed for key, w in self._work.items()
+                if w.by_consumption and _batch_queue(w.work) in reads}
+
+    def consumed(self, files: dict) -> None:
+        """What :meth:`work_fetches` fetched."""
+        for key, names in files.items():
+            self._work[key].consumed(names)
 
     def tuning(self) -> dict[str, Tuning]:
         """Per tuned queue: the active thread count now, and the tuner's decisions."""
@@ -118,3 +136,8 @@ class SessionThreads:
         if self._routed:
             ROUTER.unregister(self.signals)
         return stuck
+
+
+def _batch_queue(work) -> str:
+    """The name of the queue a work queue's batches come out of ("" without one)."""
+    return queue_op(work.consumed.op.inputs[0]).name if work.consumed is not None else ""
