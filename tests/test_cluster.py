@@ -201,6 +201,69 @@ def test_a_killed_worker_s_files_are_named_on_the_chief(cluster, tmp_path):
     assert missing and set(missing) <= lost_ids  # nothing else is missing
 
 
+def test_an_idle_worker_waiting_for_work_stops_at_once_and_takes_nothing(cluster, tmp_path):
+    """Worker 1 closes while its relay waits in a take on the ps (the chief holds the only
+    file): closing cancels that take; the chief still reads every record once."""
+    files, out = _ids(tmp_path, n_files=1, per_file=100), {}  # more than the queues hold
+    graphs = [_graph(cluster, i, "idle", lambda: work_batches(files, "idle", num_epochs=1))
+              for i in range(2)]
+    idle_done = threading.Event()
+
+    def idle():
+        with qk.QueueSession(graphs[1][0], target=_target(cluster, 1), is_chief=False,
+                             config=_filters(1)) as qs:
+            qs.start()  # its relay takes from the empty todo queue on the ps
+        idle_done.set()  # closed without ShutdownTimeout
+
+    def chief_paced(n):
+        assert idle_done.wait(60), "the idle worker did not close"
+
+    _threads(lambda: _run(cluster, 0, *graphs[0], out, after_batch=chief_paced), idle)
+    assert "error0" not in out, out
+    assert sorted(out[0]) == list(range(100))
+
+
+def test_sync_replicas_training_ends_on_both_workers(cluster, tmp_path):
+    """SyncReplicasOptimizer on static shards: every update waits for two gradients; when
+    one worker's input ends both stop, none waits for a token or a gradient forever."""
+    files, out = _ids(tmp_path, n_files=6), {}
+
+    def build(i):
+        graph = tf.Graph()
+        with graph.as_default(), v1.device(v1.train.replica_device_setter(
+                cluster=cluster.cluster, worker_device=f"/job:worker/task:{i}")):
+            batch = qk.tfrecord_batches(files, batch_size=10, num_epochs=1, parse_fn=parse,
+                                        read_many=8, shard=(i, 2))
+            w = v1.get_variable("w", [], tf.float32, v1.zeros_initializer())
+            loss = tf.reduce_mean(tf.square(tf.cast(batch["id"], tf.float32) * 1e-3 - w))
+            step = v1.train.get_or_create_global_step()
+            opt = v1.train.SyncReplicasOptimizer(v1.train.GradientDescentOptimizer(0.1), 2, 2)
+            train = opt.minimize(loss, global_step=step)
+        return graph, batch, train, step, opt.make_session_run_hook(i == 0)
+
+    def worker(i):
+        graph, batch, train, step, hook = build(i)
+        ids, steps = [], 0
+        try:
+            with graph.as_default(), qk.monitored_training_session(
+                    master=_target(cluster, i), is_chief=i == 0, hooks=[hook],
+                    config=_filters(i), save_checkpoint_secs=None, save_summaries_steps=None,
+                    log_step_count_steps=0, stop_grace_period_secs=5) as sess:
+                while not sess.should_stop():
+                    x, _, steps = sess.run([batch, train, step])
+                    ids += x["id"].tolist()
+        except Exception as e:  # noqa: BLE001 - handed to the test
+            out[f"error{i}"] = e
+        out[i], out[f"steps{i}"] = ids, steps
+
+    _threads(lambda: worker(0), lambda: worker(1))
+    assert "error0" not in out and "error1" not in out, out
+    assert out[0] and out[1] and set(out[0]).isdisjoint(out[1])
+    # The first to run out read its whole shard; its shutdown closed the token queue, which
+    # ended the other's step (without it, that step waits for a gradient forever).
+    assert max(len(out[0]), len(out[1])) == 75
+
+
 def test_a_late_non_chief_never_reinitialises_and_leaves_shared_queues_open(cluster, tmp_path):
     graph = tf.Graph()
     with graph.as_default(), v1.device("/job:ps/task:0"):

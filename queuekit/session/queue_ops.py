@@ -31,6 +31,7 @@ class QueueHandles:
     drain: tf.Operation | None = None  # dequeues `drain_count` elements (or one)
     drain_count: tf.Tensor | None = None  # int32 placeholder, None: dequeue one at a time
     owned: bool = True  # this task's own queue: shutdown may close and drain it
+    sync_tokens: bool = False  # SyncReplicasOptimizer's token queue: every worker closes it
 
 
 def owned(queue_op: tf.Operation) -> bool:
@@ -46,6 +47,14 @@ def owned(queue_op: tf.Operation) -> bool:
     except ValueError:
         pass
     return tf.DeviceSpec.from_string(queue_op.device or "").job != "ps"
+
+
+def sync_tokens(queue_op: tf.Operation) -> bool:
+    """Whether this is a ``SyncReplicasOptimizer``'s token queue (its fixed shared name)."""
+    try:
+        return queue_op.get_attr("shared_name") == b"sync_token_q"
+    except ValueError:
+        return False
 
 
 class GraphQueueOps:
@@ -70,7 +79,8 @@ class GraphQueueOps:
                 if handles is None:
                     handles = self.queues[name] = QueueHandles(
                         name, _capacity(qr.queue.queue_ref.op), qr.cancel_op,
-                        owned=owned(qr.queue.queue_ref.op))
+                        owned=owned(qr.queue.queue_ref.op),
+                        sync_tokens=sync_tokens(qr.queue.queue_ref.op))
                 if handles.size is None and not graph.finalized:
                     _add_stats(graph, handles, qr.queue)
             if graph.finalized:
@@ -84,7 +94,8 @@ class GraphQueueOps:
                         cancel = tf.raw_ops.QueueCloseV2(handle=op.outputs[0],
                                                          cancel_pending_enqueues=True)
                     self.queues[op.name] = QueueHandles(op.name, _capacity(op), cancel,
-                                                        owned=owned(op))
+                                                        owned=owned(op),
+                                                        sync_tokens=sync_tokens(op))
             self._seen_ops = len(graph.get_operations())
 
     def handles(self, names=None, *, owned_only: bool = False) -> list[QueueHandles]:

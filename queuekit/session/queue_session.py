@@ -158,8 +158,7 @@ class QueueSession(SessionInterface):
         return self._graph
 
     @property
-    def sess_str(self) -> str:
-        """The target, as ``Session.sess_str``."""
+    def sess_str(self) -> str:  # the target, as Session.sess_str
         return self._target
 
     @property
@@ -315,6 +314,7 @@ class QueueSession(SessionInterface):
             if self._threads:
                 stuck = self._threads.stop(self._grace)
             self._closed = True
-            if self._sess is not None and not stuck:
-                self._sess.close()
+            if self._sess is not None and (not stuck or self._target):
+                self._sess.close()  # a remote session cancels its blocked steps (a ps take)
+                stuck = self._threads.still_alive(self._grace) if stuck and self._threads else []
         self._policy.after_close(body_failed=body_failed, stuck=stuck, grace=self._grace)

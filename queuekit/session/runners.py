@@ -216,12 +216,17 @@ class RunnerSet:
                 t.join(0.005)
 
     def cancel(self) -> None:
-        """Close this task's queues with ``cancel_pending_enqueues=True``; idempotent."""
+        """Close this task's queues (and a sync token queue) with
+        ``cancel_pending_enqueues=True``; idempotent."""
         with self._lock:
             self._cancelled = True
         self.open_gates()
-        for h in self._ops.handles(owned_only=True):
-            self._run_quietly(h.cancel)
+        for h in self._ops.handles():
+            # Synchronous training cannot go on without this worker: a closed token queue
+            # ends the others' steps (end of data) instead of leaving them waiting for its
+            # gradients. TF's chief closes it too, when it stops.
+            if h.owned or h.sync_tokens:
+                self._run_quietly(h.cancel)
 
     def open_gates(self) -> None:
         """Wake every paused thread (it then sees the stop and ends)."""

@@ -115,6 +115,17 @@ class SessionThreads:
         empty = empty_files(self._graph, ops)
         return f"; its input files hold no records: {', '.join(empty)}" if empty else ""
 
+    def _others(self):
+        return [t for w in self._work.values() for t in w.threads] + [
+            t.thread for t in self._tuners]
+
+    def still_alive(self, grace: float) -> list[str]:
+        """After the session was closed: names of the threads still alive ``grace`` s on."""
+        stuck = self.runners.join(grace)
+        for thread in self._others():
+            thread.join(0.1)
+        return stuck + [t.name for t in self._others() if t.is_alive()]
+
     def stop(self, grace: float) -> list[str]:
         """Stop and join every thread within ``grace`` seconds; names of those still alive."""
         self.coord.request_stop()
@@ -124,10 +135,9 @@ class SessionThreads:
         self.runners.cancel()
         stuck = self.runners.join(grace)
         # A work relay blocked taking from the ps (the chief has no file for it yet) is not
-        # woken by our stop: it is named as stuck (known gap: closing the session would
-        # cancel that step).
-        others = [t for w in self._work.values() for t in w.threads]
-        for thread in others + [t.thread for t in self._tuners]:
+        # woken by our stop: closing a remote session cancels that step (still_alive).
+        others = self._others()
+        for thread in others:
             thread.join(max(0.1, grace / 2))
             if thread.is_alive():
                 stuck.append(thread.name)
