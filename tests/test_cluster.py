@@ -258,7 +258,8 @@ def test_sync_replicas_training_ends_on_both_workers(cluster, tmp_path):
 
     _threads(lambda: worker(0), lambda: worker(1))
     assert "error0" not in out and "error1" not in out, out
-    assert out[0] and out[1] and set(out[0]).isdisjoint(out[1])
+    assert set(out[0]).isdisjoint(out[1])  # (a worker may get no token before the end:
+    # every update takes any two gradients, the chief's own too)
     # The first to run out read its whole shard; its shutdown closed the token queue, which
     # ended the other's step (without it, that step waits for a gradient forever).
     assert max(len(out[0]), len(out[1])) == 75
