@@ -199,8 +199,6 @@ def _records(reader, filename_queue, read_many, record_shard):
     return keys, serialized
 
 
-
-
 def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
                          num_epochs: int | None = None, shuffle: bool = False,
                          seed: int | None = None, num_threads: int | str = 1,

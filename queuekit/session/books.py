@@ -89,7 +89,7 @@ class Books:
                 self.read.discard(value)
                 self.pending.discard(value)
             elif kind == "back" and self.taken.get(value) == task:
-                self._again([value], task)
+                self._release([value], task, "", requeue=True)
         for task, last in self.seen.items():
             if now - last > work.lost_after_secs:
                 self._lose(task)
@@ -104,57 +104,37 @@ class Books:
             self.close()  # every entry read: the pipelines may end
         return self.closed and not self.pending
 
-    def _again(self, entries: list[str], task: str) -> None:
-        """Entries ``task`` gave up: to the queue again, or lost once it is closed."""
+    def _release(self, entries: list[str], task: str, why: str, *, requeue: bool) -> None:
+        """Entries ``task`` no longer holds: to the queue again while it is open (and
+        ``requeue``), else lost."""
         for e in entries:
-            del self.taken[e]
+            self.taken.pop(e, None)
             self.read.discard(e)
-        if not self.closed:
+        files = [entry_path(e) for e in entries]
+        if requeue and not self.closed:
+            if why:  # a worker that stops gives its files back: no news
+                log.warning("work queue %s: %s %s; re-queued its %d unfinished file(s) "
+                            "(read at least once): %s", self.work.name, task, why,
+                            len(entries), files)
             self.fill(entries)
             return
-        log.error("work queue %s: %s stopped after the input ended with %d file(s) whose "
-                  "records it never consumed: %s", self.work.name, task, len(entries),
-                  [entry_path(e) for e in entries])
+        log.error("work queue %s: %s %s; its %d unfinished file(s) are lost: %s",
+                  self.work.name, task, why or "stopped after the input ended with records "
+                  "it never consumed", len(entries), files)
         self.lost += entries
         self.lost_tasks.add(task)
         self.pending.difference_update(entries)
 
     def _lose(self, task: str) -> None:
         held = [e for e, t in self.taken.items() if t == task]
-        if not held:
-            return
-        if self.work.on_lost == "requeue" and not self.closed:
-            log.warning("work queue %s: %s silent for %.0f s; re-queued its %d unfinished "
-                        "file(s) (read at least once): %s", self.work.name, task,
-                        self.work.lost_after_secs, len(held), [entry_path(e) for e in held])
-            self._again(held, task)
-            return
-        log.error("work queue %s: %s silent for %.0f s; its %d unfinished file(s) are lost: %s",
-                  self.work.name, task, self.work.lost_after_secs, len(held),
-                  [entry_path(e) for e in held])
-        for e in held:
-            del self.taken[e]
-        self.lost += held
-        self.lost_tasks.add(task)
-        self.pending.difference_update(held)
+        if held:
+            self._release(held, task, f"silent for {self.work.lost_after_secs:.0f} s",
+                          requeue=self.work.on_lost == "requeue")
 
     def _gone(self, entries: list[str]) -> None:
         """Entries taken from the queue and never announced: their task died in the take."""
-        task = "a task that died while taking"
-        for e in entries:
-            self.taken[e] = task
-        if self.work.on_lost == "requeue" and not self.closed:
-            log.warning("work queue %s: %d file(s) were taken by %s; re-queued: %s",
-                        self.work.name, len(entries), task, [entry_path(e) for e in entries])
-            self._again(entries, task)
-            return
-        log.error("work queue %s: %d file(s) were taken by %s and are lost: %s",
-                  self.work.name, len(entries), task, [entry_path(e) for e in entries])
-        for e in entries:
-            del self.taken[e]
-        self.lost += entries
-        self.lost_tasks.add(task)
-        self.pending.difference_update(entries)
+        self._release(entries, "a task that died while taking", "took them unannounced",
+                      requeue=self.work.on_lost == "requeue")
 
 
 class Ledger:
