@@ -33,6 +33,11 @@ def manifest_path(output: str) -> str:
     return output + ".manifest.json"
 
 
+def skipped_path(output: str) -> str:
+    """The list of skipped images a Beam ``make`` writes beside ``output``."""
+    return output + ".skipped.jsonl"
+
+
 def check_output(output: str) -> str:
     """The absolute output path, with its folder created; errors name the path, before work.
 
@@ -93,7 +98,7 @@ def previous_dataset(output: str) -> list[str]:
     folder, name = os.path.split(output)
     stem, ext = os.path.splitext(name)
     shard = re.compile(re.escape(stem) + r"-\d{5}-of-\d{5}" + re.escape(ext or ".tfrecords") + "$")
-    extras = {name, name + ".labels.txt", name + ".manifest.json"}
+    extras = {name, name + ".labels.txt", name + ".manifest.json", name + ".skipped.jsonl"}
     try:
         entries = sorted(os.listdir(folder))
     except OSError:

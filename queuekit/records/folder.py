@@ -53,8 +53,7 @@ def scan_image_folder(root, *, shuffle: bool = False, seed: int | None = None,
     root = os.fspath(root)
     if not os.path.isdir(root):
         raise InputNotFound(f"image folder not found: {root}")
-    exts = IMAGE_EXTENSIONS if extensions is None else frozenset(
-        e.lower() if e.startswith(".") else "." + e.lower() for e in extensions)
+    exts = _extensions(extensions)
     skipped: dict[str, int] = {}
 
     def skip(reason):
@@ -88,6 +87,53 @@ def scan_image_folder(root, *, shuffle: bool = False, seed: int | None = None,
                 else:
                     paths.append(os.path.join(dirpath, filename))
                     labels.append(label)
+    return _finish(root, paths, labels, classes, skipped, unreadable, exts, shuffle, seed)
+
+
+def folder_from_listing(root: str, relative, *, shuffle: bool = False, seed: int | None = None,
+                        extensions=None) -> ImageFolder:
+    """:func:`scan_image_folder`'s result for a listing of files instead of a walk.
+
+    ``relative`` holds every file's path under ``root``, with ``/`` separators:
+    what an object store (``gs://``, ``s3://``) lists through Beam's file
+    systems. The rules and the order are the walk's (per folder, its files
+    sorted, then its sub-folders sorted); an object store has no empty folders,
+    so a class folder without files has no label here.
+    """
+    exts = _extensions(extensions)
+    skipped: dict[str, int] = {}
+    by_class: dict[str, list[tuple[tuple, str]]] = {}
+    for rel in relative:
+        parts = rel.strip("/").split("/")
+        if any(p.startswith(".") for p in parts[:-1]):
+            continue  # inside a hidden folder: the walk never enters it
+        reason = ("file directly in root" if len(parts) == 1 else "hidden"
+                  if parts[-1].startswith(".") else "not an image extension"
+                  if os.path.splitext(parts[-1])[1].lower() not in exts else None)
+        if reason:
+            skipped[reason] = skipped.get(reason, 0) + 1
+            continue
+        # os.walk's order: a folder's own files (0) before its sub-folders (1), each sorted.
+        key = tuple((1, p) for p in parts[1:-1]) + ((0, parts[-1]),)
+        by_class.setdefault(parts[0], []).append((key, rel.strip("/")))
+    classes = sorted(by_class)
+    if not classes:
+        raise DatasetError(f"{root}: no class sub-folders (expected {root}/<class>/<image>)")
+    base = root.rstrip("/") + "/"
+    paths, labels = [], []
+    for label, name in enumerate(classes):
+        for _, rel in sorted(by_class[name]):
+            paths.append(base + rel)
+            labels.append(label)
+    return _finish(root, paths, labels, classes, skipped, [], exts, shuffle, seed)
+
+
+def _extensions(extensions) -> frozenset[str]:
+    return IMAGE_EXTENSIONS if extensions is None else frozenset(
+        e.lower() if e.startswith(".") else "." + e.lower() for e in extensions)
+
+
+def _finish(root, paths, labels, classes, skipped, unreadable, exts, shuffle, seed):
     if not paths:
         why = f"; cannot list: {unreadable[0][0]} ({unreadable[0][1]})" if unreadable else ""
         raise DatasetError(f"{root}: no images in any class folder "

@@ -107,20 +107,25 @@ def scan_records(path: str, *, data: bool = True) -> Iterator[Record | Corruptio
     """
     stream, raw = open_records(path)
     with raw:
-        index = 0
-        while True:
-            offset = stream.tell()
-            try:
-                item = _next_record(stream, index, offset, data)
-            except _STREAM_ERRORS as e:
-                yield Corruption(index, offset, f"broken compressed stream ({e})")
-                return
-            if item is None:
-                return
-            yield item
-            if isinstance(item, Corruption) and item.reason != "bad data CRC":
-                return
-            index += 1
+        yield from scan_stream(stream, data=data)
+
+
+def scan_stream(stream, *, data: bool = True) -> Iterator[Record | Corruption]:
+    """:func:`scan_records` of a binary stream already open (and decompressed): a Beam file."""
+    index = 0
+    while True:
+        offset = stream.tell()
+        try:
+            item = _next_record(stream, index, offset, data)
+        except _STREAM_ERRORS as e:
+            yield Corruption(index, offset, f"broken compressed stream ({e})")
+            return
+        if item is None:
+            return
+        yield item
+        if isinstance(item, Corruption) and item.reason != "bad data CRC":
+            return
+        index += 1
 
 
 def _next_record(f, index: int, offset: int, check_data: bool) -> Record | Corruption | None:

@@ -27,17 +27,29 @@ CHUNK = 8  # images per task sent to a worker
 _NO_COPY_RANGE = (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP)
 
 
-def encode_record(task) -> tuple[bytes | None, str | None]:
-    """One image -> (the framed TFRecord bytes, None), or (None, why it was skipped)."""
+def encode_example(task, source=None) -> tuple[bytes | None, str | None]:
+    """One image -> (its serialized tf.train.Example, None), or (None, why it was skipped).
+
+    ``task`` is (path, (height, width), encoding, label, label text, relative
+    filename, schema); ``source`` is what to decode instead of the path (a file
+    object, for paths Pillow cannot open itself, such as ``gs://``). The local
+    writer and Beam's workers both call this, so the records are the same.
+    """
     path, size, encoding, label, label_text, filename, schema = task
     try:
-        data = encode(load_rgb_image(path, size), encoding)
+        data = encode(load_rgb_image(path if source is None else source, size), encoding)
     except ValueError as e:
         return None, str(e)
     except MemoryError:
         return None, "out of memory while decoding"
-    return frame(make_example(data, label=label, height=size[0], width=size[1], fmt=encoding,
-                              label_text=label_text, filename=filename, schema=schema)), None
+    return make_example(data, label=label, height=size[0], width=size[1], fmt=encoding,
+                        label_text=label_text, filename=filename, schema=schema), None
+
+
+def encode_record(task) -> tuple[bytes | None, str | None]:
+    """One image -> (the framed TFRecord bytes, None), or (None, why it was skipped)."""
+    example, reason = encode_example(task)
+    return (None if example is None else frame(example)), reason
 
 
 def _encode_chunk(tasks, chunk_path: str) -> list[tuple[int | None, str | None]]:

@@ -33,7 +33,6 @@ from queuekit.records.workers import copy_bytes, encoded_chunks
 log = logging.getLogger(__name__)
 
 
-
 @dataclasses.dataclass
 class WriteReport:
     """What :func:`write_tfrecords` did."""
@@ -109,18 +108,7 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str | No
         OutputExistsError: an output exists and ``overwrite`` is False.
         ImageDecodeError: with ``strict``, the first unreadable image.
     """
-    if schema not in WRITE_SCHEMAS:
-        raise DatasetError(f"schema must be one of {WRITE_SCHEMAS}, not {schema!r}")
-    if encoding is None:
-        encoding = "jpeg" if schema == "inception" else "raw"
-    if encoding not in FORMATS:
-        raise DatasetError(f"encoding must be one of {FORMATS}, not {encoding!r}")
-    if schema == "inception" and encoding == "raw":
-        raise DatasetError("the inception layout holds encoded images: use encoding jpeg "
-                           "or png")
-    if shards < 1:
-        raise DatasetError(f"shards must be at least 1, not {shards}")
-    height, width = _size(image_size)
+    height, width, encoding = check_options(image_size, encoding, schema, shards)
     workers = (os.cpu_count() or 1) if workers is None else max(1, int(workers))
     output = check_output(output)
     out_dir = os.path.dirname(output)
@@ -131,11 +119,7 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str | No
         raise OutputExistsError(f"output exists: {previous[0]} (use overwrite=True / "
                                 f"--overwrite to replace the dataset)")
     folder = source if isinstance(source, ImageFolder) else scan_image_folder(source)
-    for path, reason in folder.unreadable:
-        if strict:
-            raise DatasetError(f"{path}: cannot list this folder ({reason}); its images "
-                               f"would be missing")
-        log.warning("cannot list %s (%s): its images are not written", path, reason)
+    check_listing(folder, strict)
 
     started = time.monotonic()
     temps: list[str] = []
@@ -145,9 +129,7 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str | No
     per_class: collections.Counter = collections.Counter()
     per_shard = [0] * shards
     written = size = 0
-    tasks = [(path, (height, width), encoding, folder.labels[i],
-              folder.class_names[folder.labels[i]], folder.relative(i), schema)
-             for i, path in enumerate(folder.paths)]
+    tasks = image_tasks(folder, (height, width), encoding, schema)
     try:
         temps = [temp_beside(final) for final in finals]
         for tmp in temps[:shards]:
@@ -204,6 +186,45 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str | No
     return WriteReport(written, skipped, finals[:shards], finals[shards],
                        list(folder.class_names), size, time.monotonic() - started,
                        dict(per_class))
+
+
+def check_options(image_size, encoding: str | None, schema: str,
+                  shards: int) -> tuple[int, int, str]:
+    """(height, width, encoding) of valid write options; errors before any work.
+
+    Raises:
+        DatasetError: naming the option and what it may be.
+    """
+    if schema not in WRITE_SCHEMAS:
+        raise DatasetError(f"schema must be one of {WRITE_SCHEMAS}, not {schema!r}")
+    if encoding is None:
+        encoding = "jpeg" if schema == "inception" else "raw"
+    if encoding not in FORMATS:
+        raise DatasetError(f"encoding must be one of {FORMATS}, not {encoding!r}")
+    if schema == "inception" and encoding == "raw":
+        raise DatasetError("the inception layout holds encoded images: use encoding jpeg "
+                           "or png")
+    if shards < 1:
+        raise DatasetError(f"shards must be at least 1, not {shards}")
+    height, width = _size(image_size)
+    return height, width, encoding
+
+
+def check_listing(folder: ImageFolder, strict: bool) -> None:
+    """Warn of the folders that could not be listed, or (``strict``) fail on the first."""
+    for path, reason in folder.unreadable:
+        if strict:
+            raise DatasetError(f"{path}: cannot list this folder ({reason}); its images "
+                               f"would be missing")
+        log.warning("cannot list %s (%s): its images are not written", path, reason)
+
+
+def image_tasks(folder: ImageFolder, size: tuple[int, int], encoding: str,
+                schema: str) -> list[tuple]:
+    """One task per image, in folder order: what :func:`~queuekit.records.workers.encode_example`
+    takes."""
+    return [(path, size, encoding, folder.labels[i], folder.class_names[folder.labels[i]],
+             folder.relative(i), schema) for i, path in enumerate(folder.paths)]
 
 
 def _append(src: int, dst: int, length: int, final: str) -> None:
