@@ -21,11 +21,10 @@ def _has_tensorflow() -> bool:
         return False
 
 
-if not _has_tensorflow():
-    raise ImportError(
-        "queuekit needs TensorFlow 2 and none is installed: pip install 'queuekit[cpu]' "
-        "(tensorflow-cpu) or 'queuekit[gpu]' (tensorflow with CUDA), or install the "
-        "TensorFlow distribution of your choice first")
+_NO_TENSORFLOW = (
+    "queuekit needs TensorFlow 2 and none is installed: pip install 'queuekit[cpu]' "
+    "(tensorflow-cpu) or 'queuekit[gpu]' (tensorflow with CUDA), or install the "
+    "TensorFlow distribution of your choice first")
 
 # name -> the module that defines it
 _WHERE = {
@@ -79,6 +78,10 @@ def __getattr__(name: str):
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'queuekit' has no attribute {name!r}")
+    # Checked here, not on import: Beam's workers import queuekit.records.beam_fn,
+    # which needs no TensorFlow, where none is installed.
+    if not _has_tensorflow():
+        raise ImportError(_NO_TENSORFLOW)
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later look-ups are plain attribute reads
     return value

@@ -5,6 +5,12 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
+
+
+def show_progress(args) -> bool:
+    """A tqdm bar unless --quiet, or stderr is not a terminal."""
+    return not args.quiet and sys.stderr.isatty()
 
 
 def size(text: str) -> tuple[int, int]:
@@ -85,3 +91,23 @@ def check_writable(path: str) -> None:
         raise FileNotFoundError(2, "folder does not exist", folder)
     if not os.access(folder, os.W_OK):
         raise PermissionError(13, "folder is not writable", folder)
+
+
+def beam_option(text: str) -> str:
+    """KEY=VALUE -> the Beam flag ``--KEY=VALUE``."""
+    key, sep, value = text.partition("=")
+    key = key.strip().lstrip("-")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return f"--{key}={value}"
+
+
+def check_beam_flags(parser, args) -> None:
+    """Beam flags only with a Beam runner; nothing a Beam job cannot honour (usage errors)."""
+    beam = getattr(args, "runner", "local") != "local"
+    if (args.passthrough or getattr(args, "beam_option", None)) and not beam:
+        parser.error("Beam pipeline options (--beam-option, or after --) need make --runner "
+                     "beam or a Beam runner")
+    if beam and args.shuffle:
+        parser.error("--shuffle has no meaning with a Beam runner: Beam decides the order "
+                     "of the records")

@@ -15,30 +15,23 @@ process and children, unless ``-v`` is given or the variable is already set.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import logging
 import os
 import signal
 import sys
 
 from queuekit.arguments import (
-    check_writable,
-    counts_from_zero,
-    ints,
-    non_negative,
-    number,
+    beam_option,
+    check_beam_flags,
     positive,
-    reader_counts,
+    show_progress,
     size,
 )
+from queuekit.bench_command import add_bench_parser
 from queuekit.program import Terminated, quiet_tensorflow, signals_end_the_command
 from queuekit.version import __version__
 
 log = logging.getLogger(__name__)
-
-
-def _progress(args) -> bool:
-    return not args.quiet and sys.stderr.isatty()
 
 
 def add_make_parser(sub) -> None:
@@ -62,24 +55,51 @@ def add_make_parser(sub) -> None:
     p.add_argument("--strict", action="store_true", help="fail on the first unreadable image")
     p.add_argument("--overwrite", action="store_true", help="replace existing outputs")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--runner", default="local",
+                   help="local (default: worker processes on this machine), beam (Apache "
+                        "Beam on this machine, --workers processes) or a Beam runner's name: "
+                        "DataflowRunner, FlinkRunner, SparkRunner... (needs queuekit[beam]); "
+                        "Beam's pipeline flags go after --")
+    p.add_argument("--beam-option", action="append", default=[], type=beam_option,
+                   metavar="KEY=VALUE", help="a Beam pipeline option, as --KEY=VALUE (repeatable)")
     p.set_defaults(func=_run_make)
 
 
 def _run_make(args) -> int:
-    from queuekit.records.folder import scan_image_folder
-    from queuekit.records.writer import write_tfrecords
+    if args.runner == "local":
+        from queuekit.records.folder import scan_image_folder
+        from queuekit.records.writer import write_tfrecords
 
-    folder = scan_image_folder(args.image_dir, shuffle=args.shuffle, seed=args.seed)
-    report = write_tfrecords(folder, args.output, image_size=args.size,
-                                encoding=args.encoding, schema=args.schema,
-                                shards=args.shards,
-                                workers=args.workers, overwrite=args.overwrite,
-                                start_method=_start_method(),
-                                strict=args.strict, progress=_progress(args))
+        folder = scan_image_folder(args.image_dir, shuffle=args.shuffle, seed=args.seed)
+        report = write_tfrecords(folder, args.output, image_size=args.size,
+                                 encoding=args.encoding, schema=args.schema, shards=args.shards,
+                                 workers=args.workers, overwrite=args.overwrite,
+                                 start_method=_start_method(),
+                                 strict=args.strict, progress=show_progress(args))
+    else:
+        report = _make_with_beam(args, args.beam_option + args.passthrough)
     for path in report.outputs:
         print(path)
     print(report, file=sys.stderr)
     return 0
+
+
+def _make_with_beam(args, flags):
+    from queuekit.records.beam_make import write_tfrecords_beam
+
+    beam_log = logging.getLogger("apache_beam")
+    level = beam_log.level
+    if not args.verbose:  # the workers' logs: Beam's chatter, and tracebacks of skipped images
+        flags = ["--default_sdk_harness_log_level=CRITICAL", *flags]
+        beam_log.setLevel(logging.ERROR)
+    try:
+        return write_tfrecords_beam(args.image_dir, args.output, image_size=args.size,
+                                    encoding=args.encoding, schema=args.schema,
+                                    shards=args.shards, workers=args.workers,
+                                    overwrite=args.overwrite, strict=args.strict,
+                                    runner=args.runner, options=flags)
+    finally:
+        beam_log.setLevel(level)
 
 
 def _start_method() -> str | None:
@@ -103,7 +123,7 @@ def _run_export(args) -> int:
     from queuekit.records.export import export_images
 
     report = export_images(args.tfrecords, args.out_dir, format=args.format,
-                           overwrite=args.overwrite, progress=_progress(args))
+                           overwrite=args.overwrite, progress=show_progress(args))
     print(report)
     return 0
 
@@ -125,102 +145,6 @@ def _run_inspect(args) -> int:
     return 1 if report.bad else 0
 
 
-def add_bench_parser(sub) -> None:
-    p = sub.add_parser("bench", help="measure reader/thread counts beside tf.data",
-                       description="Run every configuration of the grid in its own process and "
-                                   "report median records/s, MB/s, queue fill, CPU and RSS.")
-    p.add_argument("files", nargs="*", metavar="FILES")
-    p.add_argument("--readers", type=reader_counts, default=[1, 2, 4],
-                   help="reader counts, comma-separated; auto adds a row tuned while it runs")
-    p.add_argument("--threads", type=ints, default=[1, 2])
-    p.add_argument("--read-many", type=counts_from_zero, default=[0, 64])
-    p.add_argument("--batch-size", type=positive, default=32)
-    p.add_argument("--image-size", type=size, default=None,
-                   help="N or HEIGHTxWIDTH to resize encoded images to (JPEG photos of "
-                        "different sizes, as in Inception's records)")
-    p.add_argument("--shuffle", action="store_true")
-    p.add_argument("--seconds", type=number(0, strict=True), default=5.0)
-    p.add_argument("--warmup-batches", type=non_negative, default=20)
-    p.add_argument("--repeat", type=positive, default=3)
-    p.add_argument("--step-ms", type=number(0, strict=False), default=0.0,
-                   help="simulated training step per batch")
-    p.add_argument("--consume", choices=["graph", "numpy"], default="graph",
-                   help="every row uses the batch in the graph (a reduce_sum, default) or "
-                        "fetches it to numpy like a loop calling sess.run(batch)")
-    p.add_argument("--compare", default="tfdata,tfdata-map,seed",
-                   help="reference rows, comma-separated, or none: tfdata (tf.data doing the "
-                        "builders' work: decode in map, normalise after batch), tfdata-map "
-                        "(tf.data normalising each record in map), seed (the seed's "
-                        "read_and_decode), hand (the 1x1 graph run by a hand-written "
-                        "Session/Coordinator loop), ceilings (the files' bytes read alone; "
-                        "normalising an in-memory batch)")
-    p.add_argument("--json", metavar="PATH", help="write machine-readable results")
-    p.add_argument("--plot", metavar="PATH",
-                   help="write a PNG of records/s and queue fill against readers "
-                        "(needs matplotlib: pip install 'queuekit[plot]')")
-    p.add_argument("--synthetic", type=positive, metavar="N",
-                   help="benchmark N generated images instead of FILES")
-    p.add_argument("--quiet", action="store_true")
-    p.set_defaults(func=_run_bench)
-
-
-def _run_bench(args) -> int:
-    import tempfile
-
-    from queuekit.bench import REFERENCES, benchmark
-    from queuekit.demo import generate_images
-    from queuekit.errors import MissingDependencyError
-    from queuekit.records.writer import write_tfrecords
-
-    compare = [c for c in args.compare.split(",") if c and c != "none"]
-    bad = [c for c in compare if c not in REFERENCES]
-    if bad or (not args.files and not args.synthetic):
-        print(f"queuekit bench: error: give FILES or --synthetic N; --compare takes "
-              f"{','.join(REFERENCES)} or none", file=sys.stderr)
-        return 2
-    # Everything that can be checked is checked before the long run, not after it.
-    if args.plot and importlib.util.find_spec("matplotlib") is None:
-        raise MissingDependencyError("--plot needs matplotlib: pip install 'queuekit[plot]'")
-    for path in (args.json, args.plot):
-        if path:
-            check_writable(path)
-    if args.files:
-        from queuekit.pipelines.decode import DecodeOptions
-        from queuekit.pipelines.layout import record_layout
-        from queuekit.records.files import check_files, expand_files
-
-        files = expand_files(args.files)
-        check_files(files)
-        record_layout(files, decode=DecodeOptions(args.image_size))
-    with tempfile.TemporaryDirectory(prefix="queuekit-bench-") as tmp:
-        files = args.files
-        if args.synthetic:
-            generate_images(os.path.join(tmp, "images"), args.synthetic)
-            files = write_tfrecords(os.path.join(tmp, "images"),
-                                       os.path.join(tmp, "bench.tfrecords"),
-                                       progress=_progress(args)).outputs
-        report = benchmark(files, readers=args.readers, threads=args.threads,
-                              read_many=[k or None for k in args.read_many],
-                              batch_size=args.batch_size, shuffle=args.shuffle,
-                              seconds=args.seconds, warmup_batches=args.warmup_batches,
-                              repeat=args.repeat, step_ms=args.step_ms, compare=compare,
-                              image_size=args.image_size, consume=args.consume,
-                              progress=_progress(args))
-    print(report.table())
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            f.write(report.to_json())
-    if args.plot and report.rows:
-        report.plot(args.plot)
-    if report.interrupted:
-        print("queuekit bench: interrupted", file=sys.stderr)
-        return 130
-    if not any(r.records_per_s for r in report.rows):
-        print("queuekit bench: error: no configuration ran", file=sys.stderr)
-        return 1
-    return 0
-
-
 def add_demo_parser(sub) -> None:
     p = sub.add_parser("demo", help="the whole job on generated data",
                        description="Generate an image folder, make TFRecords, read one epoch "
@@ -235,7 +159,8 @@ def add_demo_parser(sub) -> None:
 def _run_demo(args) -> int:
     from queuekit.demo import run_demo
 
-    return run_demo(args.workdir, args.images, bench=not args.no_bench, progress=_progress(args))
+    return run_demo(args.workdir, args.images, bench=not args.no_bench,
+                    progress=show_progress(args))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -254,8 +179,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Everything after "--" is for Beam's pipeline options (make --runner beam).
+    passthrough = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
     try:
         args = parser.parse_args(argv)
+        args.passthrough = passthrough
+        check_beam_flags(parser, args)
     except SystemExit as e:  # argparse exits 2 on usage errors, 0 on --help
         return int(e.code or 0)
     func = getattr(args, "func", None)

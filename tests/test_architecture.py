@@ -8,7 +8,7 @@ import pytest
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "queuekit"
 # Lower layers never import higher ones: tools -> session/pipelines -> records/cluster -> errors.
 LAYERS = {"errors": 0, "version": 0, "records": 1, "cluster": 1, "pipelines": 2, "session": 2,
-          "bench": 3, "demo": 3, "cli": 3, "program": 3, "arguments": 3,
+          "bench": 3, "bench_command": 3, "demo": 3, "cli": 3, "program": 3, "arguments": 3,
           "__init__": 4, "__main__": 4}
 MAX_LINES = 320
 

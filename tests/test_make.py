@@ -279,3 +279,19 @@ def test_forkserver_workers_write_the_same_bytes_as_fork(tmp_path):
         outs[method] = open(report.outputs[0], "rb").read()
     assert outs["fork"] == outs["forkserver"]
     assert multiprocessing.active_children() == []
+
+
+def test_a_listing_gives_the_walks_labels_order_and_skips(tmp_path):
+    """folder_from_listing (object stores) labels and orders files as the folder walk does."""
+    from queuekit.records.folder import folder_from_listing
+
+    make_mixed_folder(tmp_path)
+    os.makedirs(tmp_path / "dog" / ".cache")
+    (tmp_path / "dog" / ".cache" / "x.jpg").write_bytes(b"x")
+    walked = qk.scan_image_folder(tmp_path)
+    listing = [os.path.relpath(os.path.join(d, f), tmp_path).replace(os.sep, "/")
+               for d, _, files in os.walk(tmp_path) for f in files]
+    listed = folder_from_listing(str(tmp_path), sorted(listing, reverse=True))
+    assert [os.path.normpath(p) for p in listed.paths] == walked.paths
+    assert (listed.labels, listed.class_names) == (walked.labels, walked.class_names)
+    assert listed.skipped == walked.skipped

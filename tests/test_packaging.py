@@ -65,15 +65,16 @@ def test_tensorflow_is_an_extra_not_a_requirement():
     assert extras == {"cpu", "gpu"}
 
 
-def test_without_tensorflow_import_names_the_extra():
-    """With no TensorFlow importable, `import queuekit` says which extra to install."""
+def test_without_tensorflow_the_first_name_used_names_the_extra():
+    """With no TensorFlow importable, the first queuekit name used says which extra to install."""
     code = ("import sys\n"
             "class Block:\n"
             "    def find_spec(self, name, path=None, target=None):\n"
             "        if name == 'tensorflow' or name.startswith('tensorflow.'):\n"
             "            raise ModuleNotFoundError(name)\n"
             "sys.meta_path.insert(0, Block())\n"
-            "import queuekit\n")
+            "import queuekit\n"
+            "queuekit.QueueSession\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 1
     assert "pip install 'queuekit[cpu]'" in out.stderr and "queuekit[gpu]" in out.stderr

@@ -20,33 +20,21 @@ never the Prism runner, which DirectRunner tries first by downloading it.
 from __future__ import annotations
 
 import collections
-import contextlib
-import logging
 import os
-import secrets
-import shutil
-import tempfile
 import time
 
-from queuekit.errors import (
-    DatasetError,
-    ImageDecodeError,
-    MissingDependencyError,
-    OutputExistsError,
+from queuekit.errors import DatasetError, OutputExistsError
+from queuekit.records.beam_job import (
+    build_pipeline,
+    import_beam,
+    pipeline_options,
+    root_logger_kept,
+    run_job,
 )
-from queuekit.records.commit import (
-    SPOOL_PREFIX,
-    check_output,
-    commit,
-    manifest_path,
-    manifest_text,
-    previous_dataset,
-    remove_stale,
-    skipped_path,
-)
+from queuekit.records.beam_store import OutputStore
+from queuekit.records.commit import manifest_path, manifest_text, skipped_path
 from queuekit.records.folder import ImageFolder, folder_from_listing, scan_image_folder
 from queuekit.records.labels import labels_text
-from queuekit.records.tfrecord import Corruption, scan_stream
 from queuekit.records.writer import (
     WriteReport,
     check_listing,
@@ -55,43 +43,6 @@ from queuekit.records.writer import (
     labels_path,
     shard_paths,
 )
-
-log = logging.getLogger(__name__)
-
-INSTALL = "pip install 'queuekit[beam]'"
-LOCAL_RUNNERS = ("beam", "DirectRunner")
-
-
-@contextlib.contextmanager
-def root_logger_kept():
-    """Keep Beam off the root logger: its import and its options add a handler to it.
-
-    A root logger without handlers gets a NullHandler meanwhile, which makes
-    Beam's ``logging.basicConfig()`` a no-op; Beam's records then reach the
-    program's own handlers, if it configured any, as any library's do.
-    """
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    if not handlers:
-        root.addHandler(logging.NullHandler())
-    try:
-        yield
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
-
-
-def import_beam():
-    """(apache_beam, queuekit.records.beam_fn), or an error naming the extra to install."""
-    with root_logger_kept():
-        try:
-            import apache_beam
-
-            from queuekit.records import beam_fn
-        except ImportError as e:
-            raise MissingDependencyError(
-                f"make --runner beam needs Apache Beam: {INSTALL} ({e})") from e
-    return apache_beam, beam_fn
 
 
 def write_tfrecords_beam(source, output, *, image_size=(256, 256), encoding: str | None = None,
@@ -131,7 +82,7 @@ def _write(source, output, *, image_size, encoding, schema, shards, workers, ove
     beam, _ = import_beam()
     height, width, encoding = check_options(image_size, encoding, schema, shards)
     workers = (os.cpu_count() or 1) if workers is None else max(1, int(workers))
-    store = _Store(output)
+    store = OutputStore(output)
     finals = (shard_paths(store.output, shards) + [skipped_path(store.output)]
               + [labels_path(store.output), manifest_path(store.output)])
     previous = store.previous(finals)
@@ -141,7 +92,7 @@ def _write(source, output, *, image_size, encoding, schema, shards, workers, ove
     folder = source if isinstance(source, ImageFolder) else _listed(os.fspath(source))
     check_listing(folder, strict)
     tasks = image_tasks(folder, (height, width), encoding, schema)
-    pipeline_options, beam_runner = _options(runner, workers, options)
+    options, beam_runner = pipeline_options(runner, workers, options)
     started = time.monotonic()
     staging = store.staging()
     try:
@@ -149,10 +100,10 @@ def _write(source, output, *, image_size, encoding, schema, shards, workers, ove
         store.write_text(task_file, "".join(_task_line(t) for t in tasks))
         stem, ext = os.path.splitext(os.path.basename(store.output))
         staged = [store.join(staging, os.path.basename(p)) for p in finals]
-        pipeline = beam.Pipeline(runner=beam_runner, options=pipeline_options)
-        _build(pipeline, task_file, store.join(staging, stem), ext or ".tfrecords", shards,
-               staged[shards], strict)
-        counters = _run(pipeline, strict)
+        pipeline = beam.Pipeline(runner=beam_runner, options=options)
+        build_pipeline(pipeline, task_file, store.join(staging, stem), ext or ".tfrecords",
+                       shards, staged[shards], strict)
+        counters = run_job(pipeline, strict)
         per_shard = [store.count_records(p) for p in staged[:shards]]
         skipped = [_skip(line) for line in store.read_text(staged[shards]).splitlines()]
         written = sum(per_shard)
@@ -173,32 +124,6 @@ def _write(source, output, *, image_size, encoding, schema, shards, workers, ove
     return WriteReport(written, skipped, finals[:shards], finals[shards + 1],
                        list(folder.class_names), store.size(finals[:shards]),
                        time.monotonic() - started, dict(per_class))
-
-
-def _build(pipeline, task_file: str, prefix: str, suffix: str, shards: int, skipped_list: str,
-           strict: bool) -> None:
-    """Tasks -> encoded records -> shards; skipped and failed images -> the skipped list."""
-    beam, beam_fn = import_beam()
-    from apache_beam.io.filesystem import CompressionTypes
-
-    lines = (pipeline | "tasks" >> beam.io.ReadFromText(task_file)
-             | "spread" >> beam.Reshuffle())  # else one worker may get every line
-    encode = beam.ParDo(beam_fn.EncodeImage(strict)).with_outputs(beam_fn.SKIPPED,
-                                                                  main="records")
-    if strict:
-        out = lines | "encode" >> encode
-    else:
-        out = lines | "encode" >> encode.with_exception_handling(dead_letter_tag="failed")
-    out.records | "write" >> beam.io.WriteToTFRecord(
-        prefix, file_name_suffix=suffix, num_shards=shards,
-        shard_name_template="" if shards == 1 else None,
-        compression_type=CompressionTypes.UNCOMPRESSED)
-    listed = out[beam_fn.SKIPPED] | "skipped" >> beam.Map(beam_fn.skipped_line)
-    if not strict:
-        failed = out.failed | "failed" >> beam.Map(beam_fn.failed_line)
-        listed = (listed, failed) | "all skipped" >> beam.Flatten()
-    listed | "list skipped" >> beam.io.WriteToText(skipped_list, num_shards=1,
-                                                   shard_name_template="")
 
 
 def _listed(root: str) -> ImageFolder:
@@ -225,68 +150,6 @@ def _skip(line: str) -> tuple[str, str]:
     return item["path"], item["reason"]
 
 
-def _options(runner: str, workers: int, flags):
-    """(PipelineOptions, the runner object or name) for ``runner`` and the user's flags."""
-    from apache_beam.options.pipeline_options import (
-        DirectOptions,
-        PipelineOptions,
-        WorkerOptions,
-    )
-
-    flags = list(flags)
-    options = PipelineOptions(flags)
-    if runner not in LOCAL_RUNNERS:
-        return options, runner
-    given = {f.split("=")[0] for f in flags}
-    direct = options.view_as(DirectOptions)
-    if direct.direct_running_mode == "multi_threading":
-        raise DatasetError("direct_running_mode=multi_threading is refused: Beam's threaded "
-                           "mode was seen to lose records silently; use multi_processing "
-                           "(the default) or in_memory")
-    if "--default_sdk_harness_log_level" not in given:  # workers' INFO lines, on our stderr
-        options.view_as(WorkerOptions).default_sdk_harness_log_level = "WARNING"
-    if "--direct_num_workers" not in given:
-        direct.direct_num_workers = workers
-    if "--direct_running_mode" not in given:
-        direct.direct_running_mode = ("in_memory" if direct.direct_num_workers == 1
-                                      else "multi_processing")
-    # What DirectRunner runs a batch pipeline on once it gave up on Prism (which it
-    # would first try to download): the FnApiRunner, with the options for its workers.
-    from apache_beam.portability.api import beam_provision_api_pb2
-    from apache_beam.runners.portability.fn_api_runner import fn_runner
-    from apache_beam.runners.portability.portable_runner import JobServiceHandle
-
-    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
-    info = fn_runner.ExtendedProvisionInfo(
-        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
-    return options, fn_runner.FnApiRunner(provision_info=info)
-
-
-def _run(pipeline, strict: bool) -> dict[str, int]:
-    """Run the job to its end; the queuekit counters it committed."""
-    from apache_beam.metrics.metric import MetricsFilter
-    from apache_beam.runners.runner import PipelineState
-
-    from queuekit.records.beam_fn import NAMESPACE
-
-    try:
-        result = pipeline.run()
-        state = result.wait_until_finish()
-    except Exception as e:
-        text = str(e)
-        marker = "ImageSkipped: "
-        if strict and marker in text:  # the worker's exception arrives as text
-            raise ImageDecodeError(text[text.index(marker) + len(marker):].splitlines()[0]) from e
-        raise DatasetError(f"the Beam job failed: {text.splitlines()[0] if text else e!r}") from e
-    if state != PipelineState.DONE:
-        raise DatasetError(f"the Beam job ended {state}, not DONE: nothing was written")
-    counters: dict[str, int] = {}
-    for c in result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]:
-        value = c.committed if c.committed is not None else c.attempted
-        counters[c.key.metric.name] = counters.get(c.key.metric.name, 0) + int(value or 0)
-    return counters
-
-
 def _check_counts(written: int, skipped, counters: dict[str, int], tasks: int) -> None:
     """Fail unless every task is in the shards or the skipped list, once."""
     reported = counters.get("written")
@@ -299,81 +162,3 @@ def _check_counts(written: int, skipped, counters: dict[str, int], tasks: int) -
                            f"put in place")
 
 
-class _Store:
-    """The output's file system: the local one (atomic commit), or one of Beam's."""
-
-    def __init__(self, output):
-        text = os.fspath(output)
-        self.remote = "://" in text
-        self.output = text if self.remote else check_output(text)
-        from apache_beam.io.filesystems import FileSystems
-
-        self.fs = FileSystems
-        self.folder = self.fs.split(self.output)[0]
-
-    def previous(self, finals: list[str]) -> list[str]:
-        if not self.remote:
-            remove_stale(self.folder, [os.path.basename(f) for f in finals])
-            return previous_dataset(self.output)
-        stem, ext = os.path.splitext(self.output)
-        patterns = [self.output + s for s in ("", ".labels.txt", ".manifest.json",
-                                              ".skipped.jsonl")]
-        patterns.append(f"{stem}-?????-of-?????{ext or '.tfrecords'}")
-        found = self.fs.match(patterns)
-        return sorted(m.path for r in found for m in r.metadata_list)
-
-    def staging(self) -> str:
-        if not self.remote:
-            return tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-", dir=self.folder)
-        path = self.join(self.folder, f"{SPOOL_PREFIX}{os.getpid()}-{secrets.token_hex(4)}")
-        self.fs.mkdirs(path)
-        return path
-
-    def join(self, folder: str, name: str) -> str:
-        return os.path.join(folder, name) if not self.remote else self.fs.join(folder, name)
-
-    def write_text(self, path: str, text: str) -> None:
-        with self.fs.create(path) as f:
-            f.write(text.encode("utf-8", "surrogateescape"))
-
-    def read_text(self, path: str) -> str:
-        with self._open(path) as f:
-            return f.read().decode("utf-8", "surrogateescape")
-
-    def count_records(self, path: str) -> int:
-        n = 0
-        with self._open(path) as f:
-            for item in scan_stream(f, data=True):
-                if isinstance(item, Corruption):
-                    raise DatasetError(f"{path}: record {item.index} (offset {item.offset}) "
-                                       f"written by the Beam job is bad: {item.reason}")
-                n += 1
-        return n
-
-    def _open(self, path: str):
-        from apache_beam.io.filesystem import CompressionTypes
-
-        return self.fs.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-
-    def commit(self, moves: list[tuple[str, str]], previous: list[str]) -> None:
-        if not self.remote:
-            commit(moves, previous)
-            return
-        # Object stores have no atomic rename: the old dataset goes first and the
-        # manifest comes last, so a dataset without its manifest is not complete.
-        if previous:
-            self.fs.delete(previous)
-        for src, dst in moves:
-            self.fs.rename([src], [dst])
-
-    def remove(self, staging: str) -> None:
-        if not self.remote:
-            shutil.rmtree(staging, ignore_errors=True)
-            return
-        try:
-            self.fs.delete([staging + "/"])
-        except Exception as e:  # a clean-up must not hide the job's own error
-            log.warning("could not remove the staging folder %s: %s", staging, e)
-
-    def size(self, paths: list[str]) -> int:
-        return sum(m.size_in_bytes for r in self.fs.match(paths) for m in r.metadata_list)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import warnings
+from typing import IO
 
 import numpy as np
 from PIL import Image, ImageOps
@@ -25,9 +26,9 @@ def load_rgb(path: str, size: tuple[int, int], *, max_pixels: int = MAX_PIXELS) 
     return np.asarray(load_rgb_image(path, size, max_pixels=max_pixels), dtype=np.uint8)
 
 
-def load_rgb_image(path: str, size: tuple[int, int], *,
+def load_rgb_image(path: str | IO[bytes], size: tuple[int, int], *,
                    max_pixels: int = MAX_PIXELS) -> Image.Image:
-    """Read ``path`` as uint8 RGB resized to ``size`` = (height, width).
+    """Read ``path`` (or an open binary file) as uint8 RGB resized to ``size`` = (height, width).
 
     Handles grayscale, grayscale+alpha, palette (with transparency), RGBA
     (composited on :data:`BACKGROUND`), CMYK, 16-bit and 32-bit integer and
@@ -51,8 +52,7 @@ def load_rgb_image(path: str, size: tuple[int, int], *,
                     side = max(height, width)
                     im.draft("RGB", (side, side))
                 im.load()
-                im = ImageOps.exif_transpose(im)
-                rgb = _to_rgb(im)
+                rgb = _to_rgb(ImageOps.exif_transpose(im))
                 if rgb.size != (width, height):
                     # reducing_gap: a box reduction first, then bicubic; visually the same
                     # as a full bicubic (tested), several times faster on large inputs.
