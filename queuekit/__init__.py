@@ -51,6 +51,7 @@ _WHERE = {
     "scan_image_folder": "queuekit.records.folder",
     "write_tfrecords": "queuekit.records.writer",
     "WriteReport": "queuekit.records.writer",
+    "write_tfrecords_beam": "queuekit.records.beam_make",
     "read_labels": "queuekit.records.labels",
     "export_images": "queuekit.records.export",
     "ExportReport": "queuekit.records.export",

@@ -7,6 +7,7 @@ import collections
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 
@@ -42,11 +43,14 @@ def _children():
 
 @pytest.fixture(autouse=True)
 def no_worker_left():
-    """Fail a test that leaves a Beam worker process (or any other child) running."""
+    """Fail a test that leaves a Beam worker process (or any other child) running, or a
+    signal handler changed."""
     before = set(_children())
+    handlers = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)]
     yield
     left = set(_children()) - before
     assert not left, f"child processes left: {sorted(left)}"
+    assert [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)] == handlers
 
 
 @pytest.fixture(scope="module")
@@ -210,3 +214,23 @@ def test_without_beam_the_cli_names_the_extra(tmp_path, messy):
     assert done.returncode == 2, done.stderr
     assert "pip install 'queuekit[beam]'" in done.stderr
     assert os.listdir(tmp_path) == []
+
+
+def test_paths_with_a_scheme_go_through_beams_file_systems(tmp_path, messy):
+    """A scheme:// source and output (as gs:// would be) give the local make's dataset."""
+    from tests.storefs import local, remote
+
+    root, _ = messy
+    options = dict(image_size=(20, 24), shards=2)
+    want = qk.write_tfrecords(root, str(tmp_path / "local" / "d.tfrecords"), progress=False,
+                              workers=1, **options)
+    out = remote(str(tmp_path / "out" / "d.tfrecords"))
+    got = write_tfrecords_beam(remote(str(root)), out, workers=1, **options)
+    assert _dataset(local(out), 2) == _dataset(str(tmp_path / "local" / "d.tfrecords"), 2)
+    assert sorted((local(p), why) for p, why in got.skipped) == sorted(want.skipped)
+    with pytest.raises(qk.OutputExistsError):
+        write_tfrecords_beam(remote(str(root)), out, workers=1, **options)
+    write_tfrecords_beam(remote(str(root)), out, workers=1, overwrite=True, image_size=8)
+    assert sorted(os.listdir(tmp_path / "out")) == [
+        "d.tfrecords", "d.tfrecords.labels.txt", "d.tfrecords.manifest.json",
+        "d.tfrecords.skipped.jsonl"]

@@ -156,6 +156,10 @@ def _check_counts(written: int, skipped, counters: dict[str, int], tasks: int) -
     if reported is not None and reported != written:
         raise DatasetError(f"the Beam job reported {reported} records written but its shards "
                            f"hold {written}: nothing was put in place")
+    counted = counters.get("skipped", 0) + counters.get("failed", 0)
+    if reported is not None and counted != len(skipped):
+        raise DatasetError(f"the Beam job counted {counted} skipped images but listed "
+                           f"{len(skipped)}: nothing was put in place")
     if written + len(skipped) != tasks:
         raise DatasetError(f"the Beam job accounted for {written + len(skipped)} of {tasks} "
                            f"images ({written} written, {len(skipped)} skipped): nothing was "

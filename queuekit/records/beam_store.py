@@ -92,8 +92,12 @@ class OutputStore:
         if not self.remote:
             shutil.rmtree(staging, ignore_errors=True)
             return
-        try:
-            self.fs.delete([staging + "/"])
+        try:  # an object store has no folders: delete what is under the prefix
+            left = [m.path for m in self.fs.match([staging + "/**"])[0].metadata_list]
+            if left:
+                self.fs.delete(left)
+            if self.fs.exists(staging):  # a file system that does have them
+                self.fs.delete([staging])
         except Exception as e:  # a clean-up must not hide the job's own error
             log.warning("could not remove the staging folder %s: %s", staging, e)
 
