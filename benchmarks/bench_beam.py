@@ -54,9 +54,9 @@ def main():
     print(f"{args.images} JPEGs (200-640 px) -> 256x256 raw, 2 shards, {os.cpu_count()} cores, "
           f"medians of {args.repeat} interleaved runs")
     for name in CONFIGS:
-        rate = statistics.median(rates[name])
+        rate, wall = statistics.median(rates[name]), statistics.median(walls[name])
         print(f"{name:36s} {rate:6.0f} images/s  ({rate / base:4.2f}x local)  "
-              f"wall {statistics.median(walls[name]):5.1f} s  runs {[round(x) for x in rates[name]]}")
+              f"wall {wall:5.1f} s  runs {[round(x) for x in rates[name]]}")
 
 
 if __name__ == "__main__":

@@ -35,8 +35,13 @@ def test_ctrl_c_returns_the_rows_finished_so_far(small_file):
         seen.append(row)
         signal.raise_signal(signal.SIGINT)
 
-    report = qk.benchmark(small_file, readers=(1, 2), compare=("tfdata",), seconds=0.2,
-                          repeat=1, warmup_batches=1, batch_size=8, on_row=interrupt)
+    # A shell starts background jobs with SIGINT ignored: give it Python's usual handler.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        report = qk.benchmark(small_file, readers=(1, 2), compare=("tfdata",), seconds=0.2,
+                              repeat=1, warmup_batches=1, batch_size=8, on_row=interrupt)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert report.interrupted and report.planned == 3
     assert report.rows == seen and len(seen) == 1 and seen[0].records_per_s
     assert "interrupted: 1 of 3 configurations ran" in report.table()
