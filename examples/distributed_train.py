@@ -16,13 +16,15 @@ each worker's input is pinned to it by ``tfrecord_batches`` and takes files
 from a work queue on the ps, so a fast worker reads more files and every file is
 read once per epoch across the workers; the chief (worker 0) restores and
 checkpoints through ``qk.monitored_training_session``. Each worker prints one
-JSON line: its task, the records it trained on and the global step it saw last.
+JSON line: its task, the records and batches it trained on and the global step it
+saw last.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -45,7 +47,7 @@ def run_task(task: qk.ClusterTask, args) -> dict | None:
         return None
     files = sorted(os.path.join(args.workdir, "data", f)
                    for f in os.listdir(os.path.join(args.workdir, "data"))
-                   if f.startswith("train.tfrecords") and not f.endswith((".txt", ".json")))
+                   if f.startswith("train") and f.endswith(".tfrecords"))
     with open(os.path.join(args.workdir, "classes")) as f:
         classes = int(f.read())
     graph = tf.Graph()
@@ -64,7 +66,7 @@ def run_task(task: qk.ClusterTask, args) -> dict | None:
             hooks.append(optimizer.make_session_run_hook(task.is_chief))
         train_op = optimizer.minimize(loss, global_step=global_step)
         records = tf.shape(batch["label"])[0]
-    seen = step = 0
+    seen = step = batches = 0
     with graph.as_default(), qk.monitored_training_session(
             master=server.target, is_chief=task.is_chief, hooks=hooks,
             checkpoint_dir=os.path.join(args.workdir, "model") if task.is_chief else None,
@@ -72,19 +74,22 @@ def run_task(task: qk.ClusterTask, args) -> dict | None:
             log_step_count_steps=0) as sess:
         while not sess.should_stop():
             _, n, step = sess.run([train_op, records, global_step])
-            seen += int(n)
-    result = {"task": task.device, "records": seen, "global_step": int(step)}
+            seen, batches = seen + int(n), batches + 1
+    result = {"task": task.device, "records": seen, "batches": batches,
+              "global_step": int(step)}
     print(json.dumps(result), flush=True)
     return result
 
 
 def launch(args) -> int:
     """Make the data, run 1 ps + N workers on loopback, wait for the workers."""
-    _, _, classes = make_splits(args.workdir, args.images)
+    # Several train files, so that the work queue has something to share out.
+    _, _, classes = make_splits(args.workdir, args.images, shards=8)
     with open(os.path.join(args.workdir, "classes"), "w") as f:
         f.write(str(classes))
     rest = ["--workdir", args.workdir, "--epochs", str(args.epochs),
-            "--batch-size", str(args.batch_size)] + (["--sync"] if args.sync else [])
+            "--batch-size", str(args.batch_size)] + (["--sync"] if args.sync else []) + (
+            ["--verbose"] if args.verbose else [])
     with qk.LocalCluster([sys.executable, os.path.abspath(__file__), *rest],
                          workers=args.local_cluster, stdout=subprocess.PIPE, text=True) as cluster:
         codes = cluster.wait_workers()
@@ -104,7 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--sync", action="store_true", help="SyncReplicasOptimizer")
+    ap.add_argument("--verbose", action="store_true", help="log queuekit's decisions")
     args = ap.parse_args(argv)
+    if args.verbose:
+        logging.basicConfig(format="%(asctime)s %(name)s: %(message)s")
+        logging.getLogger("queuekit").setLevel(logging.DEBUG)
     if args.local_cluster:
         return launch(args)
     if os.environ.get(qk.LocalCluster.PARENT_ENV):

@@ -47,8 +47,10 @@ v1 = tf.compat.v1
 IMAGE_SIZE = (64, 64)
 
 
-def make_splits(workdir: str, images: int, *, seed: int = 0) -> tuple[list[str], list[str], int]:
-    """Demo images -> train and held-out TFRecords (80/20); (train files, test files, classes)."""
+def make_splits(workdir: str, images: int, *, seed: int = 0,
+                shards: int = 1) -> tuple[list[str], list[str], int]:
+    """Demo images -> train (``shards`` files) and held-out TFRecords (80/20); (train files,
+    test files, classes)."""
     img_dir = os.path.join(workdir, "images")
     if not os.path.isdir(img_dir):
         generate_images(img_dir, images, seed=seed)
@@ -59,7 +61,8 @@ def make_splits(workdir: str, images: int, *, seed: int = 0) -> tuple[list[str],
         split = qk.ImageFolder(folder.root, folder.paths[part], folder.labels[part],
                                folder.class_names)
         report = qk.write_tfrecords(split, os.path.join(workdir, "data", f"{name}.tfrecords"),
-                                    image_size=IMAGE_SIZE, overwrite=True, progress=False)
+                                    image_size=IMAGE_SIZE, overwrite=True, progress=False,
+                                    shards=shards if name == "train" else 1)
         outputs.append(report.outputs)
     return outputs[0], outputs[1], len(folder.class_names)
 

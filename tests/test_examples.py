@@ -1,9 +1,13 @@
-"""examples/train_tf1.py: a legacy TF1 training loop on queuekit, for a few steps."""
+"""The examples: a legacy TF1 training loop on queuekit, alone and on a loopback cluster."""
 
 import importlib.util
+import json
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 EXAMPLE = pathlib.Path(__file__).resolve().parent.parent / "examples" / "train_tf1.py"
@@ -26,3 +30,54 @@ def test_training_example_lowers_the_loss_and_writes_a_checkpoint(tmp_path, caps
     assert result["evaluated"] == 24  # the 20% held out, each image exactly once
     assert 0.0 <= result["accuracy"] <= 1.0
     assert "held-out accuracy" in capsys.readouterr().out
+
+
+DISTRIBUTED = EXAMPLE.parent / "distributed_train.py"
+
+
+def _left_running(marker: str) -> list[int]:
+    """Processes whose command line mentions ``marker`` (the run's own folder)."""
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if marker in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+def _distributed(tmp_path, *extra):
+    done = subprocess.run([sys.executable, str(DISTRIBUTED), "--local-cluster", "2",
+                           "--workdir", str(tmp_path), "--images", "400", "--epochs", "2",
+                           *extra], capture_output=True, text=True, timeout=170)
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert not _left_running(str(tmp_path)), "a task of the local cluster outlived it"
+    return done, {line["task"]: line for line in lines if "task" in line}, lines[-1]
+
+
+@pytest.mark.timeout(180)
+def test_distributed_example_trains_every_record_once_per_epoch(tmp_path):
+    """1 ps + 2 workers on a work queue: 320 training records x 2 epochs trained once each,
+    the chief checkpoints the global step on the ps, every task exits."""
+    done, tasks, codes = _distributed(tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert codes == {"exit_codes": {"/job:worker/task:0": 0, "/job:worker/task:1": 0}}
+    assert sum(t["records"] for t in tasks.values()) == 2 * 320
+    step = tf.train.latest_checkpoint(str(tmp_path / "model"))
+    # The global step, on the ps, counts every batch of both workers (a worker's last one
+    # may be short), and the chief's last checkpoint has it.
+    assert step and int(step.rsplit("-", 1)[1]) == sum(t["batches"] for t in tasks.values())
+
+
+@pytest.mark.timeout(180)
+def test_distributed_example_with_sync_replicas_ends_on_every_worker(tmp_path):
+    """SyncReplicasOptimizer on a work queue: both workers end, none waits for a token."""
+    done, tasks, codes = _distributed(tmp_path, "--sync")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert codes == {"exit_codes": {"/job:worker/task:0": 0, "/job:worker/task:1": 0}}
+    # The chief's input ends the training: batches worker 1 had dequeued for a step that
+    # never got its token are not trained (SyncReplicasOptimizer's own rule).
+    assert 0 < sum(t["records"] for t in tasks.values()) <= 2 * 320

@@ -31,7 +31,8 @@ class QueueHandles:
     drain: tf.Operation | None = None  # dequeues `drain_count` elements (or one)
     drain_count: tf.Tensor | None = None  # int32 placeholder, None: dequeue one at a time
     owned: bool = True  # this task's own queue: shutdown may close and drain it
-    sync_tokens: bool = False  # SyncReplicasOptimizer's token queue: every worker closes it
+    sync_tokens: bool = False  # SyncReplicasOptimizer's token queue: the chief closes it
+    give_back: tf.Operation | None = None  # a sync token queue: enqueues one token
 
 
 def owned(queue_op: tf.Operation) -> bool:
@@ -93,9 +94,11 @@ class GraphQueueOps:
                     with graph.as_default(), tf.name_scope("queuekit"):
                         cancel = tf.raw_ops.QueueCloseV2(handle=op.outputs[0],
                                                          cancel_pending_enqueues=True)
-                    self.queues[op.name] = QueueHandles(op.name, _capacity(op), cancel,
-                                                        owned=owned(op),
-                                                        sync_tokens=sync_tokens(op))
+                    handles = self.queues[op.name] = QueueHandles(
+                        op.name, _capacity(op), cancel, owned=owned(op),
+                        sync_tokens=sync_tokens(op))
+                    if handles.sync_tokens:
+                        handles.give_back = _token_enqueue(graph, op)
             self._seen_ops = len(graph.get_operations())
 
     def handles(self, names=None, *, owned_only: bool = False) -> list[QueueHandles]:
@@ -117,6 +120,22 @@ def queue_ops(graph: tf.Graph) -> GraphQueueOps:
         if ops is None:
             ops = _BY_GRAPH[graph] = GraphQueueOps(graph)
         return ops
+
+
+def _token_enqueue(graph: tf.Graph, queue_op: tf.Operation) -> tf.Operation | None:
+    """An op that puts one token (the global step) in a SyncReplicasOptimizer's token queue.
+
+    A worker holds one token after each step (the step ends by taking the token
+    of its next gradient); a worker that leaves gives it back, or the update
+    that waits for its gradient never comes and the chief's next step waits
+    for a token forever.
+    """
+    step = tf.compat.v1.train.get_global_step(graph)
+    if step is None:
+        return None
+    with graph.as_default(), tf.name_scope("queuekit"):
+        return tf.raw_ops.QueueEnqueueV2(handle=queue_op.outputs[0],
+                                         components=[tf.identity(step)])
 
 
 def _add_stats(graph: tf.Graph, handles: QueueHandles, queue) -> None:

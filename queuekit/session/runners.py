@@ -69,8 +69,9 @@ class RunnerSet:
     """Starts, watches, stops and joins the runner threads of one session."""
 
     def __init__(self, session: tf.compat.v1.Session, coord: tf.compat.v1.train.Coordinator,
-                 ops: GraphQueueOps):
+                 ops: GraphQueueOps, *, chief: bool = True):
         self._sess = session
+        self._chief = chief
         self._coord = coord
         self._ops = ops
         self._lock = threading.Lock()
@@ -216,17 +217,21 @@ class RunnerSet:
                 t.join(0.005)
 
     def cancel(self) -> None:
-        """Close this task's queues (and a sync token queue) with
+        """Close this task's queues (and, on the chief, a sync token queue) with
         ``cancel_pending_enqueues=True``; idempotent."""
         with self._lock:
             self._cancelled = True
         self.open_gates()
         for h in self._ops.handles():
-            # Synchronous training cannot go on without this worker: a closed token queue
-            # ends the others' steps (end of data) instead of leaving them waiting for its
-            # gradients. TF's chief closes it too, when it stops.
-            if h.owned or h.sync_tokens:
+            # Synchronous training cannot go on without the chief (its queue runner makes
+            # the updates and the tokens): the chief closes the token queue when it stops,
+            # which ends the others' steps instead of leaving them waiting for a token.
+            # Another worker never does: the chief can go on alone, and a closed token
+            # queue would end its training early.
+            if h.owned or (h.sync_tokens and self._chief):
                 self._run_quietly(h.cancel)
+            elif h.sync_tokens and h.give_back is not None:
+                self._run_quietly(h.give_back)  # the token of a gradient it never sends
 
     def open_gates(self) -> None:
         """Wake every paused thread (it then sees the stop and ends)."""

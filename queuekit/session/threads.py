@@ -38,7 +38,7 @@ class SessionThreads:
         self._chief = chief
         self._work: dict[int, WorkThreads] = {}  # id(WorkQueue) -> its threads
         self.coord = tf.compat.v1.train.Coordinator()
-        self.runners = RunnerSet(sess, self.coord, queue_ops(graph))
+        self.runners = RunnerSet(sess, self.coord, queue_ops(graph), chief=chief)
         self.signals = SessionSignals(state, self.wake, grace)
         self._routed = ROUTER.register(self.signals)
         self._watch = None
