@@ -107,6 +107,26 @@ def test_static_shards_read_everything_once(cluster, tmp_path):
     assert max(out["steps0"], out["steps1"]) == batches  # the global count on the ps
 
 
+def test_a_corrupt_file_on_one_worker_is_named_there_and_the_other_finishes(cluster, tmp_path):
+    """A bad record CRC in worker 1's shard (files 1 and 3): worker 1 raises DataLossError
+    naming the file; worker 0 reads its whole shard."""
+    files, out = _ids(tmp_path, n_files=4), {}
+    data = bytearray(open(files[3], "rb").read())
+    data[12 + 50] ^= 0xFF  # inside record 0's data: its CRC no longer matches
+    open(files[3], "wb").write(bytes(data))
+    graphs = [_graph(cluster, i, "corrupt", lambda i=i: qk.tfrecord_batches(
+        files, batch_size=10, num_epochs=1, parse_fn=parse, read_many=8, shard=(i, 2)))
+        for i in range(2)]
+    _threads(*[lambda i=i: _run(cluster, i, *graphs[i], out) for i in range(2)])
+    assert "error0" not in out, out
+    assert sorted(out[0]) == list(range(0, 25)) + list(range(50, 75))  # files 0 and 2
+    error = out["error1"]
+    assert isinstance(error, tf.errors.DataLossError)
+    notes = " ".join(getattr(error, "__notes__", []))
+    assert f"the corrupt record is in {files[3]}: record 0 at byte offset 0" in notes, notes
+    assert "task:1" in str(error)  # TF's own part of the message: where the read failed
+
+
 def test_a_work_queue_gives_each_file_once_and_a_late_worker_gets_work(cluster, tmp_path):
     files, out = _ids(tmp_path, n_files=12), {}
     late_started, late_read = threading.Event(), threading.Event()
