@@ -115,7 +115,8 @@ def test_a_corrupt_file_on_one_worker_is_named_there_and_the_other_finishes(clus
     data[12 + 50] ^= 0xFF  # inside record 0's data: its CRC no longer matches
     open(files[3], "wb").write(bytes(data))
     graphs = [_graph(cluster, i, "corrupt", lambda i=i: qk.tfrecord_batches(
-        files, batch_size=10, num_epochs=1, parse_fn=parse, read_many=8, shard=(i, 2)))
+        files, batch_size=10, num_epochs=1, parse_fn=parse, read_many=8, shard=(i, 2),
+        name="corrupt"))  # queues live on the servers: not the static test's closed ones
         for i in range(2)]
     _threads(*[lambda i=i: _run(cluster, i, *graphs[i], out) for i in range(2)])
     assert "error0" not in out, out
@@ -376,3 +377,35 @@ def test_a_killed_launcher_takes_its_servers_along(tmp_path):
     finally:
         if launcher.poll() is None:
             launcher.kill()
+
+
+@pytest.mark.parametrize("victim", [1, 0])
+def test_sync_replicas_survive_or_name_a_worker_killed_between_steps(tmp_path, victim):
+    """SyncReplicasOptimizer, 2 worker processes, one SIGKILLed between steps: without
+    worker 1 the chief trains its whole shard alone; without the chief, worker 1 stops
+    within its stall bound with PipelineStalled naming the chief's task as gone."""
+    files = _ids(tmp_path, n_files=4)
+    script = os.path.join(os.path.dirname(__file__), "sync_worker.py")
+    go = tmp_path / "go"
+    args = json.dumps({"files": files, "stall": 5, "victim": victim, "go": str(go)})
+    cluster = qk.LocalCluster([sys.executable, script, args], workers=2,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              stdin=subprocess.PIPE, preexec_fn=default_signals,
+                              env=dict(os.environ, PYTHONPATH=ROOT))
+    try:
+        cluster.start_task("ps", 0)
+        tasks = [cluster.start_task("worker", i) for i in range(2)]
+        assert tasks[victim].stdout.readline().strip() == b"ready"
+        tasks[victim].send_signal(signal.SIGKILL)
+        tasks[victim].wait(10)
+        go.write_text("")
+        out, _ = tasks[1 - victim].communicate(timeout=60)
+    finally:
+        cluster.close()
+    result = json.loads(out.decode().strip().splitlines()[-1])
+    if victim == 1:
+        assert result == {"records": 50, "error": None}  # files 0 and 2, all of them
+    else:
+        assert result["error"] and result["error"]["type"] == "PipelineStalled", result
+        assert "take no connection: /job:worker/task:0" in result["error"]["message"], result
+    assert all(p.poll() is not None for p in cluster.processes.values())

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import logging
 import os
+import socket
 import threading
 
 import tensorflow as tf
@@ -132,3 +133,24 @@ def local_task() -> ClusterTask | None:
     with _SERVED_LOCK:
         tasks = {t.device: t for t in _SERVED.values() if t.job != PS_JOB}
     return next(iter(tasks.values())) if len(tasks) == 1 else None
+
+
+def unreachable_tasks(task: ClusterTask, *, timeout: float = 1.0) -> list[str]:
+    """The other tasks of ``task``'s cluster whose port takes no connection: "device (why)".
+
+    A task whose process died refuses at once; a dead host times out after
+    ``timeout`` seconds. Only says who is gone, not who is merely slow.
+    """
+    gone = []
+    for job, addresses in sorted(task.cluster.items()):
+        for i, address in enumerate(addresses):
+            if (job, i) == (task.job, task.task):
+                continue
+            host, _, port = address.rpartition(":")
+            try:
+                with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+                    pass
+            except (OSError, ValueError) as e:
+                why = getattr(e, "strerror", None) or str(e) or type(e).__name__
+                gone.append(f"/job:{job}/task:{i} ({address}: {why})")
+    return gone

@@ -72,6 +72,7 @@ class RunPolicy:
             self._error_reported = True
             raise error from cause
         if self.state.stall is not None:
+            self._error_reported = True
             raise self.state.stall from cause
 
     def _dispatch_signals(self) -> None:
@@ -96,7 +97,7 @@ class RunPolicy:
 
         Threads still alive are a :class:`ShutdownTimeout` (a warning while the
         body failed); then a signal that came during shutdown; then a runner
-        error no run has raised yet.
+        error, or a stall, no run has raised yet.
         """
         if stuck:
             message = (f"runner threads still alive {grace:g} s after stop "
@@ -106,6 +107,8 @@ class RunPolicy:
             else:
                 raise ShutdownTimeout(message, thread_names=stuck)
         error = None if self._error_reported else self.pending_error()
+        if error is None and not self._error_reported and self.state.stall is not None:
+            error = self.state.stall  # the run the watch woke ended well: say why it stopped
         if body_failed:
             if error is not None:
                 log.warning("while the body failed, the pipeline failed too: %r", error)

@@ -15,10 +15,11 @@ import os
 
 import tensorflow as tf
 
+from queuekit.cluster.tasks import local_task, task_of, unreachable_tasks
 from queuekit.cluster.work import WORK_COLLECTION
 from queuekit.session.diagnose import empty_files
 from queuekit.session.interrupt import ROUTER, SessionSignals
-from queuekit.session.queue_ops import queue_ops
+from queuekit.session.queue_ops import queue_ops, sync_tokens
 from queuekit.session.reads import queue_op, queues_read
 from queuekit.session.run_state import RunState
 from queuekit.session.runners import RunnerSet
@@ -113,7 +114,18 @@ class SessionThreads:
     def _describe_stall(self, reads) -> str:
         ops = [self._graph.get_operation_by_name(name) for name in reads]
         empty = empty_files(self._graph, ops)
-        return f"; its input files hold no records: {', '.join(empty)}" if empty else ""
+        if empty:
+            return f"; its input files hold no records: {', '.join(empty)}"
+        if any(sync_tokens(op) for op in ops):
+            # SyncReplicasOptimizer: the token comes once enough workers sent gradients.
+            task = task_of(getattr(self._sess, "sess_str", "")) or local_task()
+            gone = unreachable_tasks(task) if task is not None else []
+            if gone:
+                return (f"; SyncReplicasOptimizer waits for gradients, and these tasks "
+                        f"take no connection: {', '.join(gone)}")
+            return ("; SyncReplicasOptimizer waits for the gradients of other workers (one that "
+                    "died holding a token, or too few workers for replicas_to_aggregate)")
+        return ""
 
     def _others(self):
         return [t for w in self._work.values() for t in w.threads] + [
