@@ -180,9 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    # Everything after "--" is for Beam's pipeline options (make --runner beam).
-    passthrough = argv[argv.index("--") + 1:] if "--" in argv else []
-    argv = argv[:argv.index("--")] if "--" in argv else argv
+    # With make --runner, everything after "--" is for Beam's pipeline options; any
+    # other "--" is argparse's own (a file name that starts with "-").
+    cut = argv.index("--") if "--" in argv else len(argv)
+    passthrough = []
+    if any(a == "--runner" or a.startswith("--runner=") for a in argv[:cut]):
+        argv, passthrough = argv[:cut], argv[cut + 1:]
     try:
         args = parser.parse_args(argv)
         args.passthrough = passthrough

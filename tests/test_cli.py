@@ -153,3 +153,12 @@ def _bench_children(pid):
         if b"queuekit.bench.child" in cmdline:
             found.append(child)
     return found
+
+
+def test_a_double_dash_outside_make_runner_keeps_its_argparse_meaning(tmp_path, capsys):
+    """`inspect -- -x.tfrecords` reads a file named -x.tfrecords (only make --runner passes
+    what follows -- to Beam)."""
+    missing = str(tmp_path / "-x.tfrecords")
+    assert main(["inspect", "--", missing]) == 2
+    err = capsys.readouterr().err
+    assert missing in err and "Beam" not in err

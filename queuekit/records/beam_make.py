@@ -20,6 +20,7 @@ never the Prism runner, which DirectRunner tries first by downloading it.
 from __future__ import annotations
 
 import collections
+import json
 import os
 import time
 
@@ -138,14 +139,10 @@ def _listed(root: str) -> ImageFolder:
 
 
 def _task_line(task) -> str:
-    import json
-
     return json.dumps(list(task)) + "\n"  # ASCII: undecodable names kept as \udcXX escapes
 
 
 def _skip(line: str) -> tuple[str, str]:
-    import json
-
     item = json.loads(line)
     return item["path"], item["reason"]
 
