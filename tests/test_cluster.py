@@ -379,33 +379,59 @@ def test_a_killed_launcher_takes_its_servers_along(tmp_path):
             launcher.kill()
 
 
-@pytest.mark.parametrize("victim", [1, 0])
-def test_sync_replicas_survive_or_name_a_worker_killed_between_steps(tmp_path, victim):
-    """SyncReplicasOptimizer, 2 worker processes, one SIGKILLed between steps: without
-    worker 1 the chief trains its whole shard alone; without the chief, worker 1 stops
-    within its stall bound with PipelineStalled naming the chief's task as gone."""
+def test_sync_replicas_chief_trains_alone_after_a_worker_is_killed_between_steps(tmp_path):
+    """SyncReplicasOptimizer, 2 worker processes, worker 1 SIGKILLed between steps (holding
+    a token): the chief goes on alone and trains its whole shard."""
     files = _ids(tmp_path, n_files=4)
     script = os.path.join(os.path.dirname(__file__), "sync_worker.py")
     go = tmp_path / "go"
-    args = json.dumps({"files": files, "stall": 5, "victim": victim, "go": str(go)})
+    args = json.dumps({"files": files, "stall": 20, "victim": 1, "go": str(go)})
     cluster = qk.LocalCluster([sys.executable, script, args], workers=2,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                               stdin=subprocess.PIPE, preexec_fn=default_signals,
                               env=dict(os.environ, PYTHONPATH=ROOT))
     try:
         cluster.start_task("ps", 0)
-        tasks = [cluster.start_task("worker", i) for i in range(2)]
-        assert tasks[victim].stdout.readline().strip() == b"ready"
-        tasks[victim].send_signal(signal.SIGKILL)
-        tasks[victim].wait(10)
+        chief, victim = (cluster.start_task("worker", i) for i in range(2))
+        assert victim.stdout.readline().strip() == b"ready"
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
         go.write_text("")
-        out, _ = tasks[1 - victim].communicate(timeout=60)
+        out, _ = chief.communicate(timeout=60)
     finally:
         cluster.close()
-    result = json.loads(out.decode().strip().splitlines()[-1])
-    if victim == 1:
-        assert result == {"records": 50, "error": None}  # files 0 and 2, all of them
-    else:
-        assert result["error"] and result["error"]["type"] == "PipelineStalled", result
-        assert "take no connection: /job:worker/task:0" in result["error"]["message"], result
+    assert json.loads(out.decode().strip().splitlines()[-1]) == {"records": 50, "error": None}
     assert all(p.poll() is not None for p in cluster.processes.values())
+
+
+@pytest.mark.parametrize("chief", [True, False])
+def test_a_sync_token_stall_names_the_tasks_that_take_no_connection(chief):
+    """A run waiting on SyncReplicasOptimizer's token queue, the other worker gone, stops at
+    the stall bound with PipelineStalled naming that worker's task: at once on the chief
+    (it closes the token queue); at close on worker 1, whose run the token it gives back
+    lets end well."""
+    from queuekit.cluster.launch import free_ports
+
+    ports = free_ports(2)
+    me, gone = (ports[0], ports[1]) if chief else (ports[1], ports[0])
+    workers = [f"localhost:{p}" for p in ports]
+    task = qk.ClusterTask({"worker": workers}, "worker", 0 if chief else 1)
+    server = qk.start_server(task)
+    graph = tf.Graph()
+    with graph.as_default():
+        step = v1.train.get_or_create_global_step()
+        tokens = tf.queue.FIFOQueue(4, tf.int64, shapes=[], shared_name="sync_token_q",
+                                    name="sync_token_q")
+        token = tokens.dequeue()
+        init = v1.global_variables_initializer()
+    config = v1.ConfigProto(device_filters=[task.device])
+    with v1.Session(server.target, graph=graph, config=config) as sess:
+        sess.run(init)  # what the chief did before it died; the variable lives on the server
+    other = 1 if chief else 0
+    with pytest.raises(qk.PipelineStalled,
+                       match=rf"take no connection: /job:worker/task:{other} \(localhost:{gone}"):
+        with qk.QueueSession(graph, target=server.target, stall_timeout_secs=1,
+                             config=config, is_chief=chief) as qs:
+            assert qs.run(token) == 0  # only a non-chief gets here: the token it gave back
+            assert qs.should_stop()
+    assert step is not None
