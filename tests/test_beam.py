@@ -1,6 +1,7 @@
 """make --runner beam: the local writer's dataset from a Beam pipeline on the DirectRunner.
 
-Skipped where Apache Beam is not installed (``pip install 'queuekit[beam]'``).
+Skipped where Apache Beam is not installed (``pip install 'queuekit[beam]'``). The tests
+that start a process come first (see conftest: processes started after a Beam job).
 """
 
 import collections
@@ -62,6 +63,45 @@ def messy(tmp_path_factory):
     for i in range(6):
         Image.fromarray(rgb(40, 50, seed=i)).save(root / "bird" / f"more{i}.png")
     return root, bad
+
+
+def test_workers_need_no_tensorflow(tmp_path):
+    """The workers' DoFn encodes an image in a process where TensorFlow cannot be imported."""
+    image = tmp_path / "a.png"
+    Image.fromarray(rgb(10, 10)).save(image)
+    task = json.dumps([str(image), [8, 8], "raw", 0, "a", "a/a.png", "queuekit"])
+    code = ("import sys\n"
+            "class Block:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'tensorflow' or name.startswith('tensorflow.'):\n"
+            "            raise ModuleNotFoundError(name)\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "from queuekit.records.beam_fn import EncodeImage\n"
+            f"out = list(EncodeImage(False).process({task!r}))\n"
+            "print(len(out), type(out[0]).__name__, len(out[0]))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    count, kind, size = done.stdout.split()
+    assert (count, kind) == ("1", "bytes") and int(size) > 8 * 8 * 3
+
+
+def test_without_beam_the_cli_names_the_extra(tmp_path, messy):
+    """With apache_beam not importable, make --runner beam says which extra to install."""
+    code = ("import sys\n"
+            "class Block:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'apache_beam' or name.startswith('apache_beam.'):\n"
+            "            raise ModuleNotFoundError(name)\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "from queuekit.cli import main\n"
+            f"sys.exit(main(['make', {str(messy[0])!r}, {str(tmp_path / 'd.tfrecords')!r}, "
+            "'--runner', 'beam']))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "pip install 'queuekit[beam]'" in done.stderr
+    assert os.listdir(tmp_path) == []
 
 
 def _dataset(output, shards):
@@ -175,45 +215,6 @@ def test_cli_passes_beam_options_and_keeps_the_root_logger(tmp_path, messy, caps
     err = capsys.readouterr().err
     assert "skipped 4" in err
     assert main(["make", str(messy[0]), out, "--beam-option", "a=b"]) == 2
-
-
-def test_workers_need_no_tensorflow(tmp_path):
-    """The workers' DoFn encodes an image in a process where TensorFlow cannot be imported."""
-    image = tmp_path / "a.png"
-    Image.fromarray(rgb(10, 10)).save(image)
-    task = json.dumps([str(image), [8, 8], "raw", 0, "a", "a/a.png", "queuekit"])
-    code = ("import sys\n"
-            "class Block:\n"
-            "    def find_spec(self, name, path=None, target=None):\n"
-            "        if name == 'tensorflow' or name.startswith('tensorflow.'):\n"
-            "            raise ModuleNotFoundError(name)\n"
-            "sys.meta_path.insert(0, Block())\n"
-            "from queuekit.records.beam_fn import EncodeImage\n"
-            f"out = list(EncodeImage(False).process({task!r}))\n"
-            "print(len(out), type(out[0]).__name__, len(out[0]))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr
-    count, kind, size = done.stdout.split()
-    assert (count, kind) == ("1", "bytes") and int(size) > 8 * 8 * 3
-
-
-def test_without_beam_the_cli_names_the_extra(tmp_path, messy):
-    """With apache_beam not importable, make --runner beam says which extra to install."""
-    code = ("import sys\n"
-            "class Block:\n"
-            "    def find_spec(self, name, path=None, target=None):\n"
-            "        if name == 'apache_beam' or name.startswith('apache_beam.'):\n"
-            "            raise ModuleNotFoundError(name)\n"
-            "sys.meta_path.insert(0, Block())\n"
-            "from queuekit.cli import main\n"
-            f"sys.exit(main(['make', {str(messy[0])!r}, {str(tmp_path / 'd.tfrecords')!r}, "
-            "'--runner', 'beam']))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 2, done.stderr
-    assert "pip install 'queuekit[beam]'" in done.stderr
-    assert os.listdir(tmp_path) == []
 
 
 def test_paths_with_a_scheme_go_through_beams_file_systems(tmp_path, messy):
