@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from PIL import Image
@@ -19,6 +20,7 @@ import queuekit as qk
 from queuekit.cli import main
 from queuekit.records.folder import ImageFolder
 from queuekit.records.tfrecord import Record, scan_records
+from tests.helpers import default_signals
 from tests.imagefactory import bad_files, make_mixed_folder, rgb
 
 pytestmark = pytest.mark.beam
@@ -102,6 +104,56 @@ def test_without_beam_the_cli_names_the_extra(tmp_path, messy):
     assert done.returncode == 2, done.stderr
     assert "pip install 'queuekit[beam]'" in done.stderr
     assert os.listdir(tmp_path) == []
+
+
+def _descendants(pid):
+    """Every live process below ``pid``."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat").read()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat[stat.rindex(")") + 2:].split()[1])
+    found, frontier = [], [pid]
+    while frontier:
+        kids = [p for p, parent in parents.items() if parent in frontier]
+        found += kids
+        frontier = kids
+    return found
+
+
+def test_sigterm_mid_job_leaves_no_dataset_no_staging_no_worker(tmp_path):
+    """SIGTERM to make --runner beam while its 2 worker processes encode: exit 143, no output,
+    no staging folder, no Beam worker left."""
+    from tests.test_make_faults import _gone
+
+    root = tmp_path / "root"
+    for i in range(240):
+        os.makedirs(root / f"c{i % 2}", exist_ok=True)
+        Image.fromarray(rgb(200, 300, seed=i)).save(root / f"c{i % 2}" / f"{i:03d}.jpg")
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "queuekit", "make", str(root),
+                             str(out / "d.tfrecords"), "--runner", "beam", "--workers", "2",
+                             "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=default_signals)
+    try:
+        deadline = time.monotonic() + 90
+        # The sink's temp folder appears once the workers write: the job is under way.
+        while not list(out.glob(".queuekit-make-*/beam-temp-*")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        workers = _descendants(proc.pid)
+        assert workers  # Beam's worker processes (and their shells)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    assert _gone(workers), "a Beam worker outlived the command"
+    assert os.listdir(out) == []
 
 
 def _dataset(output, shards):
