@@ -18,6 +18,7 @@ from PIL import Image
 
 import queuekit as qk
 from queuekit.cli import main
+from queuekit.records.files import expand_files
 from queuekit.records.folder import ImageFolder
 from queuekit.records.tfrecord import Record, scan_records
 from tests.helpers import default_signals
@@ -189,6 +190,8 @@ def test_records_labels_and_skips_equal_the_local_writer(tmp_path, messy, schema
     assert sorted(os.listdir(tmp_path / "beam")) == sorted(
         os.path.basename(p) for p in got.outputs + [beam + s for s in (
             ".labels.txt", ".manifest.json", ".skipped.jsonl")])
+    # The folder given as input lists the shards alone, not the files beside them.
+    assert expand_files([str(tmp_path / "beam")]) == sorted(got.outputs)
 
 
 def test_multi_processing_delivers_every_record_run_after_run(tmp_path):

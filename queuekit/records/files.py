@@ -25,7 +25,7 @@ def expand_files(files) -> list[str]:
         if os.path.isdir(item):
             found = sorted(p for p in glob.glob(os.path.join(glob.escape(item), "*"))
                            if os.path.isfile(p)
-                           and not p.endswith((".labels.txt", ".manifest.json"))
+                           and not p.endswith((".labels.txt", ".manifest.json", ".skipped.jsonl"))
                            and not os.path.basename(p).startswith("."))
             if not found:
                 raise InputNotFound(f"no files in directory {item}")
