@@ -67,9 +67,12 @@ def test_distributed_example_trains_every_record_once_per_epoch(tmp_path):
     assert codes == {"exit_codes": {"/job:worker/task:0": 0, "/job:worker/task:1": 0}}
     assert sum(t["records"] for t in tasks.values()) == 2 * 320
     step = tf.train.latest_checkpoint(str(tmp_path / "model"))
-    # The global step, on the ps, counts every batch of both workers (a worker's last one
-    # may be short), and the chief's last checkpoint has it.
-    assert step and int(step.rsplit("-", 1)[1]) == sum(t["batches"] for t in tasks.values())
+    # The global step, on the ps, counts both workers' batches: the chief's last checkpoint,
+    # written when its own input ended, has at least its own and at most all of them (the
+    # other worker may still be training its last files then).
+    saved = int(step.rsplit("-", 1)[1]) if step else -1
+    assert tasks["/job:worker/task:0"]["batches"] <= saved <= sum(
+        t["batches"] for t in tasks.values())
 
 
 @pytest.mark.timeout(180)
