@@ -67,3 +67,45 @@ def signal_when_ready(child, sig, *, ready="ready", grace=0.0):
         if child.poll() is None:
             child.kill()
             child.communicate()
+
+
+def descendants(pid):
+    """Every live descendant of ``pid`` (from /proc): workers, fork server, resource tracker."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat").read()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    out, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        kids = [p for p, pp in parents.items() if pp == parent]
+        out += kids
+        todo += kids
+    return out
+
+
+def gone(pids, within=10.0):
+    """True once none of ``pids`` is alive (zombies count as gone), within ``within`` s."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if os.path.exists(f"/proc/{p}")
+                 and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
+        if not alive:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def without_module(name: str) -> str:
+    """Python source that makes ``name`` (and its submodules) impossible to import: run it
+    first in a ``python -c`` to see what a machine without that package does."""
+    return ("import sys\n"
+            "class Block:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            f"        if name == {name!r} or name.startswith({name + '.'!r}):\n"
+            "            raise ModuleNotFoundError(name)\n"
+            "sys.meta_path.insert(0, Block())\n")

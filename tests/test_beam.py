@@ -21,7 +21,7 @@ from queuekit.cli import main
 from queuekit.records.files import expand_files
 from queuekit.records.folder import ImageFolder
 from queuekit.records.tfrecord import Record, scan_records
-from tests.helpers import default_signals
+from tests.helpers import default_signals, descendants, gone, without_module
 from tests.imagefactory import bad_files, make_mixed_folder, rgb
 
 pytestmark = pytest.mark.beam
@@ -30,29 +30,14 @@ pytest.importorskip("apache_beam")
 from queuekit.records.beam_make import write_tfrecords_beam  # noqa: E402
 
 
-def _children():
-    """This process's live child processes (Beam's worker processes among them)."""
-    me, found = os.getpid(), []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = open(f"/proc/{entry}/stat").read()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2:].split()
-            if int(fields[1]) == me and fields[0] != "Z":
-                found.append(int(entry))
-    return found
-
-
 @pytest.fixture(autouse=True)
 def no_worker_left():
     """Fail a test that leaves a Beam worker process (or any other child) running, or a
     signal handler changed."""
-    before = set(_children())
+    before = set(descendants(os.getpid()))
     handlers = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)]
     yield
-    left = set(_children()) - before
+    left = set(descendants(os.getpid())) - before
     assert not left, f"child processes left: {sorted(left)}"
     assert [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)] == handlers
 
@@ -73,12 +58,7 @@ def test_workers_need_no_tensorflow(tmp_path):
     image = tmp_path / "a.png"
     Image.fromarray(rgb(10, 10)).save(image)
     task = json.dumps([str(image), [8, 8], "raw", 0, "a", "a/a.png", "queuekit"])
-    code = ("import sys\n"
-            "class Block:\n"
-            "    def find_spec(self, name, path=None, target=None):\n"
-            "        if name == 'tensorflow' or name.startswith('tensorflow.'):\n"
-            "            raise ModuleNotFoundError(name)\n"
-            "sys.meta_path.insert(0, Block())\n"
+    code = (without_module("tensorflow") +
             "from queuekit.records.beam_fn import EncodeImage\n"
             f"out = list(EncodeImage(False).process({task!r}))\n"
             "print(len(out), type(out[0]).__name__, len(out[0]))\n")
@@ -91,12 +71,7 @@ def test_workers_need_no_tensorflow(tmp_path):
 
 def test_without_beam_the_cli_names_the_extra(tmp_path, messy):
     """With apache_beam not importable, make --runner beam says which extra to install."""
-    code = ("import sys\n"
-            "class Block:\n"
-            "    def find_spec(self, name, path=None, target=None):\n"
-            "        if name == 'apache_beam' or name.startswith('apache_beam.'):\n"
-            "            raise ModuleNotFoundError(name)\n"
-            "sys.meta_path.insert(0, Block())\n"
+    code = (without_module("apache_beam") +
             "from queuekit.cli import main\n"
             f"sys.exit(main(['make', {str(messy[0])!r}, {str(tmp_path / 'd.tfrecords')!r}, "
             "'--runner', 'beam']))\n")
@@ -107,29 +82,9 @@ def test_without_beam_the_cli_names_the_extra(tmp_path, messy):
     assert os.listdir(tmp_path) == []
 
 
-def _descendants(pid):
-    """Every live process below ``pid``."""
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = open(f"/proc/{entry}/stat").read()
-            except OSError:
-                continue
-            parents[int(entry)] = int(stat[stat.rindex(")") + 2:].split()[1])
-    found, frontier = [], [pid]
-    while frontier:
-        kids = [p for p, parent in parents.items() if parent in frontier]
-        found += kids
-        frontier = kids
-    return found
-
-
 def test_sigterm_mid_job_leaves_no_dataset_no_staging_no_worker(tmp_path):
     """SIGTERM to make --runner beam while its 2 worker processes encode: exit 143, no output,
     no staging folder, no Beam worker left."""
-    from tests.test_make_faults import _gone
-
     root = tmp_path / "root"
     for i in range(240):
         os.makedirs(root / f"c{i % 2}", exist_ok=True)
@@ -145,7 +100,7 @@ def test_sigterm_mid_job_leaves_no_dataset_no_staging_no_worker(tmp_path):
         while not list(out.glob(".queuekit-make-*/beam-temp-*")):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.05)
-        workers = _descendants(proc.pid)
+        workers = descendants(proc.pid)
         assert workers  # Beam's worker processes (and their shells)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
@@ -153,7 +108,7 @@ def test_sigterm_mid_job_leaves_no_dataset_no_staging_no_worker(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 143, err
-    assert _gone(workers), "a Beam worker outlived the command"
+    assert gone(workers), "a Beam worker outlived the command"
     assert os.listdir(out) == []
 
 

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from queuekit.cli import main
-from tests.helpers import run_script
+from tests.helpers import descendants, gone, run_script
 from tests.test_pipeline import _write
 
 SUBCOMMANDS = ["demo", "make", "export", "inspect", "bench"]
@@ -117,7 +117,6 @@ def test_bench_ctrl_c_prints_finished_rows_and_exits_130(tmp_path):
 
 def test_bench_sigterm_exits_143_and_takes_its_child_along(tmp_path):
     """SIGTERM to `queuekit bench` while a configuration runs: exit 143, no child left running."""
-    from tests.test_make_faults import _gone
 
     path = _write(tmp_path / "b.tfrecords", range(64), shape=(8, 8, 3))
     proc = run_script("import sys; from queuekit.cli import main; sys.exit(main(sys.argv[1:]))",
@@ -137,15 +136,14 @@ def test_bench_sigterm_exits_143_and_takes_its_child_along(tmp_path):
             proc.communicate()
     assert proc.returncode == 143, err[-2000:]
     assert "stopped by SIGTERM" in err
-    assert _gone(children), "the configuration's process outlived bench"
+    assert gone(children), "the configuration's process outlived bench"
 
 
 def _bench_children(pid):
     """Children of ``pid`` running a bench configuration (not a transient helper process)."""
-    from tests.test_make_faults import _children
 
     found = []
-    for child in _children(pid):
+    for child in descendants(pid):
         try:
             cmdline = open(f"/proc/{child}/cmdline", "rb").read()
         except OSError:

@@ -16,7 +16,7 @@ from queuekit.records.example import decode_example
 from queuekit.records.files import expand_files
 from queuekit.records.labels import read_labels
 from queuekit.records.tfrecord import scan_records
-from tests.helpers import default_signals
+from tests.helpers import default_signals, descendants, gone
 from tests.imagefactory import make_mixed_folder, rgb
 
 
@@ -33,36 +33,6 @@ def _photos(root, n, size=400, unique=240):
             os.link(os.path.join(root, f"c{i % 2}", f"{i % unique}.png"), path)
 
 
-def _children(pid):
-    """Every live descendant of ``pid`` (from /proc): workers, fork server, resource tracker."""
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = open(f"/proc/{entry}/stat").read()
-            except OSError:
-                continue
-            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-    out, todo = [], [pid]
-    while todo:
-        parent = todo.pop()
-        kids = [p for p, pp in parents.items() if pp == parent]
-        out += kids
-        todo += kids
-    return out
-
-
-def _gone(pids, within=10.0):
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        alive = [p for p in pids if os.path.exists(f"/proc/{p}")
-                 and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
-        if not alive:
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def _start_make(src, out, *extra):
     return subprocess.Popen(
         [sys.executable, "-m", "queuekit", "make", str(src), str(out), "--workers", "2",
@@ -76,7 +46,7 @@ def _wait_for_workers(proc, out_dir):
     while time.monotonic() < deadline:
         spool = [e for e in os.listdir(out_dir) if e.startswith(".queuekit-make-")] if \
             os.path.isdir(out_dir) else []
-        workers = _children(proc.pid)
+        workers = descendants(proc.pid)
         if spool and len(workers) >= 4:  # 2 workers, the fork server, the resource tracker
             return workers
         assert proc.poll() is None, proc.communicate()
@@ -95,7 +65,7 @@ def test_sigterm_and_sighup_leave_nothing_behind(tmp_path, sig, code):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == code, err[-2000:]
     assert os.listdir(out_dir) == []
-    assert _gone(workers), "worker processes outlived make"
+    assert gone(workers), "worker processes outlived make"
 
 
 def test_workers_die_with_a_killed_parent_and_the_next_run_cleans_up(tmp_path, caplog):
@@ -106,7 +76,7 @@ def test_workers_die_with_a_killed_parent_and_the_next_run_cleans_up(tmp_path, c
     workers = _wait_for_workers(proc, out_dir)
     proc.kill()
     proc.communicate(timeout=30)
-    assert _gone(workers), "workers outlived their killed parent"
+    assert gone(workers), "workers outlived their killed parent"
     left = os.listdir(out_dir)
     assert left, "SIGKILL should have left the temp files this test is about"
     report = qk.write_tfrecords(tmp_path / "src", out_dir / "d.tfrecords", image_size=32,

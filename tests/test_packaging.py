@@ -7,6 +7,7 @@ import sys
 
 import queuekit as qk
 from queuekit.cli import main
+from tests.helpers import without_module
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -67,12 +68,7 @@ def test_tensorflow_is_an_extra_not_a_requirement():
 
 def test_without_tensorflow_the_first_name_used_names_the_extra():
     """With no TensorFlow importable, the first queuekit name used says which extra to install."""
-    code = ("import sys\n"
-            "class Block:\n"
-            "    def find_spec(self, name, path=None, target=None):\n"
-            "        if name == 'tensorflow' or name.startswith('tensorflow.'):\n"
-            "            raise ModuleNotFoundError(name)\n"
-            "sys.meta_path.insert(0, Block())\n"
+    code = (without_module("tensorflow") +
             "import queuekit\n"
             "queuekit.QueueSession\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
