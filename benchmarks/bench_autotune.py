@@ -53,7 +53,7 @@ def main():
         data = _data(tmp)
         for name in args.workloads.split(","):
             compare = (("tfdata", "ceilings") if name == "a" else ("tfdata",)
-                       ) if args.compare is None else tuple(args.compare.split(","))
+                       ) if args.compare is None else tuple(filter(None, args.compare.split(",")))
             readers = [r if r == "auto" else int(r) for r in args.readers.split(",")]
             threads = [int(t) for t in args.threads.split(",")]
             reports = [qk.benchmark(data[name], readers=readers, threads=threads,

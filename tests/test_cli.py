@@ -141,7 +141,6 @@ def test_bench_sigterm_exits_143_and_takes_its_child_along(tmp_path):
 
 def _bench_children(pid):
     """Children of ``pid`` running a bench configuration (not a transient helper process)."""
-
     found = []
     for child in descendants(pid):
         try:

@@ -14,6 +14,7 @@ import sys
 import time
 
 from queuekit.bench.report import BenchRow
+from queuekit.cluster.launch import exit_with_parent
 
 
 def _tf():
@@ -195,5 +196,8 @@ def _measure(spec) -> BenchRow:
 
 
 if __name__ == "__main__":  # one configuration, in its own process
+    # Ends with the bench that started it, even one stopped while this process was
+    # still starting (before subprocess.run could kill it).
+    exit_with_parent()
     result = _measure(json.loads(sys.argv[1]))
     print(json.dumps(dataclasses.asdict(result)))

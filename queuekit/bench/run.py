@@ -18,6 +18,7 @@ import subprocess
 import sys
 
 from queuekit.bench.report import BenchReport, BenchRow
+from queuekit.cluster.launch import PARENT_ENV
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,7 @@ def _in_child(spec) -> BenchRow:
     try:
         proc = subprocess.run([sys.executable, "-m", "queuekit.bench.child", json.dumps(spec)],
                               capture_output=True, text=True, check=False,
+                              env={**os.environ, PARENT_ENV: str(os.getpid())},
                               timeout=120 + spec["repeat"] * spec["seconds"] * 3)
     except subprocess.TimeoutExpired:
         row.error = "timed out"
