@@ -94,26 +94,97 @@ def test_slow_producer_gets_threads_and_a_stopped_consumer_gives_them_back(tmp_p
     Then every record still arrives exactly once, paused readers finishing their files."""
     producer = Producer(0.01)
     with qk.QueueSession() as qs:
-        b = qk.tfrecord_batches(_files(tmp_path, 4, 300), batch_size=8, num_epochs=1,
+        b = qk.tfrecord_batches(_files(tmp_path, 4, 600), batch_size=8, num_epochs=1,
                                 num_readers="auto", max_readers=4, parse_fn=producer,
                                 capacity=64)
         seen = _consume_until(qs, b, _grew(1), "add readers")
-        assert _state(qs).maximum == 4
+        assert _state(qs).maximum == 8  # 4 readers, two threads each
         producer.delay = 0.0  # the producer is now fast, and nobody consumes: the queue fills
         _until(qs, _gave_back, "give readers back")
         seen += [i for x in qs.iterate(b) for i in x["id"].tolist()]
-    assert sorted(seen) == list(range(1200))
+    assert sorted(seen) == list(range(2400))
+
+
+class Pipeline:
+    """What a tuner reads of a pipeline whose rate, CPU per record and fill the test sets
+    as functions of the active count: a consumer-bound queue, without the machine's noise."""
+
+    def __init__(self, gate, *, rate, cpu_per_record, fill):
+        self.gate, self._rate, self._cpu_of, self._fill = gate, rate, cpu_per_record, fill
+        self._lock = threading.Lock()
+        self._t, self._k, self._n, self._cpu = time.monotonic(), gate.active, 0.0, 0.0
+
+    def _advance(self):
+        with self._lock:  # the time since the last reading ran at the count seen then
+            now = time.monotonic()
+            n = self._rate(self._k) * (now - self._t)
+            self._n += n
+            self._cpu += n * self._cpu_of(self._k)
+            self._t, self._k = now, self.gate.active
+
+    def enqueues(self):
+        self._advance()
+        return int(self._n)
+
+    def cpu(self):
+        self._advance()
+        return self._cpu
+
+    def fill(self):
+        self._advance()
+        return self._fill(self.gate.active)
+
+
+def _tune(cpu_per_record, until, what, total=6):
+    """A tuner on a consumer-bound Pipeline; its history once ``until(history)`` holds."""
+    coord = tf.compat.v1.train.Coordinator()
+    gate = tuner.Gate(total, tuner.first_count(total))
+    pipe = Pipeline(gate, rate=lambda k: 1000.0, cpu_per_record=cpu_per_record,
+                    fill=lambda k: 1.0)
+    t = tuner.Tuner("q", gate, coord, pipe.enqueues, pipe.fill, cpu=pipe.cpu)
+    t.thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not until(t.history):
+            if time.monotonic() > deadline:
+                pytest.fail(f"the tuner did not {what} in 30 s: {t.history}")
+            threading.Event().wait(0.05)
+    finally:
+        coord.request_stop()
+        t.thread.join(5)
+    assert not t.thread.is_alive()
+    assert gate.opened  # a stopped tuner lets every thread run
+    return t.history
+
+
+def test_a_full_queue_gives_back_threads_that_cost_cpu():
+    """Consumer-bound, each thread's records costing more CPU: one fewer at a time, to one."""
+    history = _tune(lambda k: 1e-4 * k, lambda h: h and h[-1].to_count == 1,
+                    "give every thread back")
+    assert [(d.from_count, d.to_count) for d in history] == [(3, 2), (2, 1)]
+    assert {d.reason for d in history} == {"queue full"}
+    assert history[-1].cpu_ms == pytest.approx(0.1, rel=0.01)
+
+
+def test_a_full_queue_keeps_threads_whose_records_cost_less_cpu():
+    """Consumer-bound, CPU per record falling with threads (TF's pools spin between one
+    thread's steps): a give-back is tried and undone, more threads are kept."""
+    history = _tune(lambda k: 1e-4 / k, lambda h: h and h[-1].to_count == 6, "add threads")
+    assert history[0].reason.startswith("undo") and history[0].to_count == 3
+    assert [(d.from_count, d.to_count) for d in history if not d.reason.startswith("undo")][
+        :1] == [(3, 4)]
+    assert "queue full, less CPU per record" in {d.reason for d in history}
 
 
 @pytest.mark.parametrize("max_readers", [1, 2, 4])
 def test_each_record_exactly_once_while_the_tuner_moves(tmp_path, max_readers):
     with qk.QueueSession() as qs:
-        b = qk.tfrecord_batches(_files(tmp_path, 20, 40), batch_size=7, num_epochs=1,
+        b = qk.tfrecord_batches(_files(tmp_path, 20, 60), batch_size=7, num_epochs=1,
                                 num_readers="auto", max_readers=max_readers, shuffle=True,
                                 seed=3, parse_fn=Producer(0.01))
         ids = [i for x in qs.iterate(b) for i in x["id"].tolist()]
         moves = qs.tuning()
-    assert sorted(ids) == list(range(800))
+    assert sorted(ids) == list(range(1200))
     if max_readers == 1:
         assert moves == {}  # one thread: nothing to tune
     else:
@@ -129,13 +200,13 @@ def test_a_runner_error_while_threads_are_paused_is_raised(tmp_path):
     producer = Producer(0.01, poison=None)
     with pytest.raises(tf.errors.InvalidArgumentError, match="poison record"):
         with qk.QueueSession() as qs:
-            b = qk.tfrecord_batches(_files(tmp_path, 4, 300), batch_size=8, num_epochs=1,
+            b = qk.tfrecord_batches(_files(tmp_path, 4, 600), batch_size=8, num_epochs=1,
                                     num_readers="auto", max_readers=4, parse_fn=producer,
                                     capacity=32)
             _consume_until(qs, b, _grew(1), "add readers")
             producer.delay = 0.0
             _until(qs, _gave_back, "pause a reader")
-            producer.poison = 1199  # the last record of the last file: read after a resume
+            producer.poison = 2399  # the last record of the last file: read after a resume
             for _ in qs.iterate(b):
                 pass
 

@@ -6,16 +6,22 @@ that runner a :class:`Gate` (thread i enqueues only while i < active) and a
 :class:`Tuner` thread, which hill-climbs like ``tf.data``'s AUTOTUNE:
 
 - every window it measures the production rate (completed enqueues per
-  second, counted by the runner threads) and the queue's mean fill;
-- a starved queue (fill below ``LOW``) gets more active threads: twice as many
-  while that raises the rate by ``MARGIN``, one more at a time after that; a
-  move that lowers the rate by ``MARGIN`` is undone, one within the margin is
-  kept while the queue stays starved (this machine's rates vary by 10-20%
-  from one second to the next: a strict "must gain" rule undid moves that
-  paid, and settled at half the best fixed row's count);
-- a full queue (fill above ``HIGH``: the training step is the slow side) gives
-  one thread back, kept while the queue does not starve (or the rate holds),
-  so input does not take CPU from the step;
+  second, counted by the runner threads), the queue's mean fill and the
+  process's CPU seconds per enqueue;
+- a starved queue (fill below ``LOW``: the input is the slow side) gets more
+  active threads: twice as many while that raises the rate by ``MARGIN``, one
+  more at a time after that; a move that lowers the rate is undone (between
+  two windows of one count the rate varies by about 3% here, so a rule of
+  "must gain 5%" undid moves that paid, and one of "may lose 5%" kept moves
+  that cost, up to the maximum);
+- a full queue (fill above ``HIGH``: the training step is the slow side) has
+  its records' rate set by the step, so what input can still save is CPU for
+  the step: the tuner tries one thread fewer, then one more, and keeps a move
+  only if the CPU per record fell by ``MARGIN`` and the queue stayed fed. One
+  fewer is not always cheaper: TF's thread pools spin between the steps of a
+  single reader thread, and on 2 cores one reader cost 30% CPU where four cost
+  23% for the same records (README, Benchmarks). A queue that nobody drains
+  gives threads back outright;
 - a move that was undone is not retried from the same count until
   ``REPROBE_SECS`` have passed, as the load may have changed.
 
@@ -29,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
+import math
 import statistics
 import threading
 import time
@@ -41,21 +47,22 @@ log = logging.getLogger("queuekit.tune")
 # tests/test_tuner.py checks both spell it the same).
 AUTOTUNE_COLLECTION = "queuekit_autotune"
 LOW, HIGH = 0.25, 0.75  # queue fill below which input is starving, above which it leads
-MARGIN = 0.05  # a rate change within this fraction is noise; beyond it, a gain or a loss
+MARGIN = 0.05  # a rate or CPU change within this fraction is noise; beyond it, a gain or a loss
 WINDOW_SECS = 0.75  # one measurement
 SETTLE_SECS = 0.15  # after a move, before measuring: in-flight steps finish
 REPROBE_SECS = 15.0
 
 
 def first_count(total: int) -> int:
-    """Active threads at the start: one per core, at most half of ``total``.
+    """Active threads at the start: half of ``total``.
 
-    Starting at one cost about 3.6 s of climbing in a 9 s measurement (the
-    issue's workload a); one per core is where every fixed grid on this
-    project's 2-core machine was near its best. Half of ``total`` at most
-    leaves room to climb, and a full queue still gives threads back.
+    On this project's 2-core machine every fixed grid was near its best from
+    four reader threads up, and each doubling from below costs a window of
+    about 0.9 s at a slower count (from two threads: about 7,000 instead of
+    8,500 records/s in each run's first second on workload a). Half leaves
+    room to climb; a full queue still tries fewer.
     """
-    return max(1, min(total // 2, os.cpu_count() or 1))
+    return max(1, total // 2)
 
 
 class Gate:
@@ -96,6 +103,15 @@ class Gate:
 
 
 @dataclasses.dataclass(frozen=True)
+class Sample:
+    """One window's measurement."""
+
+    rate: float  # enqueues/s
+    fill: float  # the queue's mean fill, 0 to 1
+    cpu: float  # process CPU seconds per enqueue (inf when nothing was enqueued)
+
+
+@dataclasses.dataclass(frozen=True)
 class Decision:
     """One move of the tuner: ``at`` seconds after it started, from -> to threads."""
 
@@ -105,6 +121,7 @@ class Decision:
     rate: float  # enqueues/s measured at ``to_count`` (the undone count, for "undo")
     fill: float
     reason: str
+    cpu_ms: float = math.inf  # process CPU milliseconds per enqueue, measured with ``rate``
 
 
 @dataclasses.dataclass
@@ -118,15 +135,20 @@ class Tuning:
 
 
 class Tuner:
-    """The thread that hill-climbs one runner's active thread count."""
+    """The thread that hill-climbs one runner's active thread count.
 
-    def __init__(self, queue: str, gate: Gate, coord, enqueues, fill):
-        """``enqueues()`` counts completed enqueues; ``fill()`` is the queue's fill or None."""
+    ``enqueues()`` counts completed enqueues, ``fill()`` is the queue's fill
+    (or None when unknown), ``cpu()`` the process's CPU seconds so far
+    (:func:`time.process_time`; injectable for tests).
+    """
+
+    def __init__(self, queue: str, gate: Gate, coord, enqueues, fill, cpu=time.process_time):
         self.queue = queue
         self.gate = gate
         self._coord = coord
         self._enqueues = enqueues
         self._fill = fill
+        self._cpu = cpu
         self.history: list[Decision] = []
         self._blocked: dict[tuple[int, int], float] = {}  # (from, to) -> when it was undone
         self._doubling = True  # grow by doubling until a growth is undone, then by one
@@ -139,20 +161,20 @@ class Tuner:
 
     def _loop(self) -> None:
         try:
-            base = self._measure()
-            while base is not None and not self.gate.opened:
-                base = self._step(*base)
+            sample = self._measure()
+            while sample is not None and not self.gate.opened:
+                sample = self._step(sample)
         except Exception:  # noqa: BLE001 - a tuner fault must not stop training: run all
             log.warning("the tuner of %s failed; all its threads run from now on",
                         self.queue, exc_info=True)
         finally:
             self.gate.open()
 
-    def _measure(self) -> tuple[float, float] | None:
-        """(enqueues/s, mean fill) over one window; None when stopping."""
+    def _measure(self) -> Sample | None:
+        """One window's :class:`Sample`; None when stopping."""
         if self._coord.wait_for_stop(SETTLE_SECS):
             return None
-        count0, t0 = self._enqueues(), time.monotonic()
+        count0, cpu0, t0 = self._enqueues(), self._cpu(), time.monotonic()
         fills = []
         while time.monotonic() - t0 < WINDOW_SECS:
             if self._coord.wait_for_stop(WINDOW_SECS / 5) or self.gate.opened:
@@ -160,51 +182,60 @@ class Tuner:
             fill = self._fill()
             if fill is not None:
                 fills.append(fill)
-        rate = (self._enqueues() - count0) / (time.monotonic() - t0)
-        return rate, statistics.mean(fills) if fills else 0.0
+        count = self._enqueues() - count0
+        cpu = (self._cpu() - cpu0) / count if count else math.inf
+        return Sample(count / (time.monotonic() - t0),
+                      statistics.mean(fills) if fills else 0.0, cpu)
 
-    def _step(self, rate: float, fill: float) -> tuple[float, float] | None:
+    def _step(self, s: Sample) -> Sample | None:
         k = self.gate.active
-        up = min(self.gate.total, 2 * k if self._doubling else k + 1)
-        if fill < LOW and k < self.gate.total and not self._may(k, up):
-            up = k + 1  # the doubling was undone: try the next count alone
-        if fill < LOW and k < self.gate.total and self._may(k, up):
-            return self._try(k, up, rate, fill, keep=lambda r, f: r >= rate * (1 - MARGIN))
-        if fill > HIGH and k > 1 and self._may(k, k - 1):
-            # Still not starving with one fewer: the step is still the slow side, and a
-            # rate within noise of a consumer-bound window says nothing (30 ms steps: the
-            # rate moved by more than MARGIN between equal windows and undid give-backs).
-            return self._try(k, k - 1, rate, fill,
-                             keep=lambda r, f: f > LOW or r >= rate * (1 - MARGIN))
+        if s.fill < LOW and k < self.gate.total:
+            up = min(self.gate.total, 2 * k if self._doubling else k + 1)
+            if not self._may(k, up):
+                up = k + 1  # the doubling was undone: try the next count alone
+            if self._may(k, up):
+                return self._try(k, up, s, lambda a: a.rate >= s.rate)
+        if s.fill > HIGH and s.rate == 0 and k > 1:
+            # Nobody drains the queue: the paused threads are not needed until it does.
+            return self._try(k, k - 1, s, lambda a: True)
+        if s.fill > HIGH:
+            # The step sets the rate; keep a move only if it saves the step CPU.
+            for to in (k - 1, k + 1):
+                if 1 <= to <= self.gate.total and self._may(k, to):
+                    return self._try(k, to, s, lambda a: a.fill > LOW
+                                     and a.cpu < s.cpu * (1 - MARGIN))
         return self._measure()
 
     def _may(self, k: int, to: int) -> bool:
         undone = self._blocked.get((k, to))
         return undone is None or time.monotonic() - undone > REPROBE_SECS
 
-    def _try(self, k: int, to: int, rate: float, fill: float, keep):
+    def _try(self, k: int, to: int, before: Sample, keep) -> Sample | None:
         self.gate.set_active(to)
         after = self._measure()
         if after is None:
             return None
-        if keep(*after):
-            pays = after[0] > rate * (1 + MARGIN)
-            if to > k and not pays:
+        if keep(after):
+            if before.fill > HIGH:
+                reason = "queue full" if to < k else "queue full, less CPU per record"
+            elif after.rate > before.rate * (1 + MARGIN):
+                reason = "more input needed"
+            else:
+                reason = "starved, no worse"
                 self._doubling = False  # no clear gain: from here on, one at a time
-            reason = ("queue full" if to < k else "more input needed" if pays
-                      else "starved, no worse")
             self._record(k, to, after, reason)
             return after
         self.gate.set_active(k)
         self._blocked[(k, to)] = time.monotonic()
         if to > k:
             self._doubling = False
-        self._record(to, k, after, f"undo: {after[0]:.0f}/s at {to} vs {rate:.0f}/s at {k}")
+        self._record(to, k, after, f"undo: {after.rate:.0f}/s, {after.cpu * 1e3:.2f} ms CPU "
+                     f"per record at {to} vs {before.rate:.0f}/s, {before.cpu * 1e3:.2f} ms at {k}")
         return self._measure()
 
-    def _record(self, k: int, to: int, measured: tuple[float, float], reason: str) -> None:
-        d = Decision(round(time.monotonic() - self._start, 3), k, to, measured[0],
-                     measured[1], reason)
+    def _record(self, k: int, to: int, measured: Sample, reason: str) -> None:
+        d = Decision(round(time.monotonic() - self._start, 3), k, to, measured.rate,
+                     measured.fill, reason, measured.cpu * 1e3)
         self.history.append(d)
-        log.info("%s: %d -> %d active threads (%.0f enqueues/s, fill %.2f: %s)",
-                 self.queue, k, to, d.rate, d.fill, reason)
+        log.info("%s: %d -> %d active threads (%.0f enqueues/s, fill %.2f, %.2f ms CPU per "
+                 "record: %s)", self.queue, k, to, d.rate, d.fill, d.cpu_ms, reason)
