@@ -37,6 +37,40 @@ def _data(tmp: str) -> dict[str, list[str]]:
     return {"a": big, "b": demo, "c": big}
 
 
+def _same(report, row):
+    """``row``'s configuration in another round's report."""
+    return next((r for r in report.rows if (r.kind, r.readers, r.threads, r.read_many)
+                 == (row.kind, row.readers, row.threads, row.read_many)), None)
+
+
+def _auto_lines(report, reports):
+    """auto against the best fixed row: ratio of medians, and the median of the ratios
+    within each round (the two ran minutes apart at most: the machine's slow spells cancel);
+    CPU against the 4-reader rows; when its count last changed (undone probes aside)."""
+    best = report.best
+    for auto in (r for r in report.rows if r.readers == "auto" and r.records_per_s):
+        paired = [a.records_per_s / b.records_per_s for rep in reports
+                  if (a := _same(rep, auto)) and (b := _same(rep, best))
+                  and a.records_per_s and b.records_per_s]
+        print(f"{auto.label}: {auto.records_per_s / best.records_per_s:.3f}x the best fixed row "
+              f"({best.label}); median of per-round ratios {statistics.median(paired):.3f} "
+              f"{[round(x, 2) for x in paired]}; rounds {auto.runs}")
+        for four in (r for r in report.rows if r.readers == 4 and r.records_per_s):
+            cpus = [(a.cpu_percent, f.cpu_percent) for rep in reports
+                    if (a := _same(rep, auto)) and (f := _same(rep, four)) and a.cpu_percent
+                    and f.cpu_percent]
+            print(f"  cpu: auto {statistics.median(c[0] for c in cpus):.1f}% vs {four.label} "
+                  f"{statistics.median(c[1] for c in cpus):.1f}% (medians over rounds; "
+                  f"auto lower in {sum(a < f for a, f in cpus)} of {len(cpus)})")
+        for rep in reports:
+            row = _same(rep, auto)
+            moves = row.tuning if row else []
+            kept = [m for m in moves if not m[4].startswith("undo")]
+            print(f"  {row.label if row else '?'}: count last changed at "
+                  f"{kept[-1][0] if kept else 0:.1f} s; moves (at, from, to, rate) "
+                  f"{[m[:4] for m in moves]}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=2.0)
@@ -64,22 +98,7 @@ def main():
             report = merge(reports)
             print(f"\n== workload ({name}), consume={args.consume}")
             print(report.table())
-            rows = [r for r in report.rows if r.records_per_s]
-            best = report.best
-            autos = [r for r in rows if r.readers == "auto"]
-            for auto in autos:
-                print(f"{auto.label}: {auto.records_per_s / best.records_per_s:.3f}x the best "
-                      f"fixed row ({best.label}); rounds {auto.runs}")
-                four = [r for r in rows if r.readers == 4 and r.threads == auto.threads]
-                if four:
-                    print(f"  cpu: auto {auto.cpu_percent:.0f}% vs readers=4 "
-                          f"{four[0].cpu_percent:.0f}%")
-            for r in reports:
-                for row in r.rows:
-                    if row.readers == "auto" and row.tuning:
-                        last = row.tuning[-1][0]
-                        print(f"  {row.label}: last move at {last:.1f} s "
-                              f"({len(row.tuning)} moves: {row.tuning})")
+            _auto_lines(report, reports)
             tfdata = report.reference("tf.data")
             if tfdata and best:
                 print(f"best fixed / tf.data: {best.records_per_s / tfdata.records_per_s:.3f}x; "

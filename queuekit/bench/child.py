@@ -184,7 +184,7 @@ def _measure(spec) -> BenchRow:
             row.batches_per_s = batches / wall
         for state in tuning().values():
             row.tuned = state.active
-            row.tuning = [[d.at, d.from_count, d.to_count, round(d.rate)]
+            row.tuning = [[d.at, d.from_count, d.to_count, round(d.rate), d.reason]
                           for d in state.history]
     row.runs = rates
     row.records_per_s = statistics.median(rates)

@@ -25,7 +25,7 @@ class BenchRow:
     error: str | None = None
     consume: str = "graph"  # "graph" (reduce_sum in the step) or "numpy" (fetched)
     tuned: int | None = None  # with readers="auto": the active count it settled on
-    tuning: list = dataclasses.field(default_factory=list)  # [at, from, to, rate] moves
+    tuning: list = dataclasses.field(default_factory=list)  # [at, from, to, rate, reason]
 
     @property
     def label(self) -> str:

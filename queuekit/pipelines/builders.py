@@ -91,9 +91,10 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         seed: seed of both shuffles (and of ``random_crop``).
         num_readers: parallel ``TFRecordReader`` ops (``batch_join``), or
             ``"auto"``: ``max_readers`` of them (default: 8, or the cores up to 16),
-            of which a :class:`~queuekit.QueueSession` keeps only as many
-            running as raise the rate (``qs.tuning()``).
-        num_threads: enqueue threads per reader.
+            whose threads a :class:`~queuekit.QueueSession` runs only as many
+            of as raise the rate or, when the queue is full, cost the least
+            CPU per record (``qs.tuning()``).
+        num_threads: enqueue threads per reader (with ``"auto"``, at least two).
         read_many: read up to this many records per step (``read_up_to`` +
             batched ``parse_example`` + ``enqueue_many``); None reads one.
         capacity: batch queue capacity; by default about 64 MiB of images
