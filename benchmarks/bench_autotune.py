@@ -99,10 +99,13 @@ def main():
             print(f"\n== workload ({name}), consume={args.consume}")
             print(report.table())
             _auto_lines(report, reports)
-            tfdata = report.reference("tf.data")
+            tfdata, best = report.reference("tf.data"), report.best
             if tfdata and best:
-                print(f"best fixed / tf.data: {best.records_per_s / tfdata.records_per_s:.3f}x; "
-                      f"median over rounds of tf.data: {statistics.median(tfdata.runs):.0f}")
+                autos = [r for r in report.rows if r.readers == "auto" and r.records_per_s]
+                print(f"best fixed / tf.data: {best.records_per_s / tfdata.records_per_s:.3f}x"
+                      + "".join(f"; {a.label} / tf.data: "
+                                f"{a.records_per_s / tfdata.records_per_s:.3f}x" for a in autos)
+                      + f"; tf.data's rounds {tfdata.runs}")
 
 
 if __name__ == "__main__":
