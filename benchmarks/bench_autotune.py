@@ -9,8 +9,9 @@ simulated step per batch. Each runs the grid 1,2,4 readers x 1,2 threads, the
 ``auto`` row and the equal-terms ``tf.data`` row (plus, on (a), the ceilings),
 each configuration in its own process, the whole list ``--rounds`` times in
 turn; a row's rate is the median of its rounds. Prints per workload: the
-table, auto / best fixed row, auto's CPU against the 4-reader row's, and when
-auto made its last move.
+table, auto / best fixed row (the ratio of the medians, and the median of the
+ratios within a round), auto's CPU against the 4-reader rows', and when its
+count last changed (a move that was undone is not a change).
 """
 
 import argparse
@@ -66,8 +67,8 @@ def _auto_lines(report, reports):
             row = _same(rep, auto)
             moves = row.tuning if row else []
             kept = [m for m in moves if not m[4].startswith("undo")]
-            print(f"  {row.label if row else '?'}: count last changed at "
-                  f"{kept[-1][0] if kept else 0:.1f} s; moves (at, from, to, rate) "
+            changed = f"count last changed at {kept[-1][0]:.1f} s" if kept else "count kept"
+            print(f"  {row.label if row else '?'}: {changed}; moves (at, from, to, rate) "
                   f"{[m[:4] for m in moves]}")
 
 

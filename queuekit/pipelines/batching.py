@@ -26,11 +26,12 @@ AUTOTUNE_COLLECTION = "queuekit_autotune"
 
 
 def default_max_threads() -> int:
-    """The most reader threads ``"auto"`` builds: 8, or the number of cores up to 16.
+    """The most readers ``"auto"`` builds (threads, for ``image_folder_batches``).
 
-    More than the cores: on 2 cores, 8 reader threads read raw 256x256x3
-    records 1.8x faster than 1 and 1.35x faster than 2 (README, Benchmarks);
-    the tuner runs only those that pay, and a paused one costs a blocked thread.
+    8, or the number of cores up to 16. More than the cores: on 2 cores, 8
+    reader threads read raw 256x256x3 records 1.8x faster than 1 and 1.35x
+    faster than 2 (README, Benchmarks); the tuner runs only those that pay,
+    and a paused one costs a blocked thread.
     """
     return max(8, min(os.cpu_count() or 1, 16))
 

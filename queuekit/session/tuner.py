@@ -8,12 +8,13 @@ that runner a :class:`Gate` (thread i enqueues only while i < active) and a
 - every window it measures the production rate (completed enqueues per
   second, counted by the runner threads), the queue's mean fill and the
   process's CPU seconds per enqueue;
-- a starved queue (fill below ``LOW``: the input is the slow side) gets more
-  active threads: twice as many while that raises the rate by ``MARGIN``, one
-  more at a time after that; a move that lowers the rate is undone (between
-  two windows of one count the rate varies by about 3% here, so a rule of
-  "must gain 5%" undid moves that paid, and one of "may lose 5%" kept moves
-  that cost, up to the maximum);
+- a starved queue (fill below ``LOW``: the input is the slow side) gets one
+  more active thread; a growth that lowers the rate is undone (between two
+  windows of one count the rate varies by about 3% here, so a rule of "must
+  gain 5%" undid moves that paid, and one of "may lose 5%" kept moves that
+  cost, up to the maximum). One at a time, not doubling: from half the
+  threads a doubling is a jump to all of them, a probe that cost up to 40% of
+  a window's records on the demo's data when it did not pay;
 - a full queue (fill above ``HIGH``: the training step is the slow side) has
   its records' rate set by the step, so what input can still save is CPU for
   the step: the tuner tries one thread fewer, then one more, and keeps a move
@@ -57,7 +58,7 @@ def first_count(total: int) -> int:
     """Active threads at the start: half of ``total``.
 
     On this project's 2-core machine every fixed grid was near its best from
-    four reader threads up, and each doubling from below costs a window of
+    four reader threads up, and each step up from below costs a window of
     about 0.9 s at a slower count (from two threads: about 7,000 instead of
     8,500 records/s in each run's first second on workload a). Half leaves
     room to climb; a full queue still tries fewer.
@@ -151,7 +152,6 @@ class Tuner:
         self._cpu = cpu
         self.history: list[Decision] = []
         self._blocked: dict[tuple[int, int], float] = {}  # (from, to) -> when it was undone
-        self._doubling = True  # grow by doubling until a growth is undone, then by one
         self._start = time.monotonic()
         self.thread = threading.Thread(target=self._loop, name=f"queuekit-tuner-{queue}",
                                        daemon=True)
@@ -189,12 +189,8 @@ class Tuner:
 
     def _step(self, s: Sample) -> Sample | None:
         k = self.gate.active
-        if s.fill < LOW and k < self.gate.total:
-            up = min(self.gate.total, 2 * k if self._doubling else k + 1)
-            if not self._may(k, up):
-                up = k + 1  # the doubling was undone: try the next count alone
-            if self._may(k, up):
-                return self._try(k, up, s, lambda a: a.rate >= s.rate)
+        if s.fill < LOW and k < self.gate.total and self._may(k, k + 1):
+            return self._try(k, k + 1, s, lambda a: a.rate >= s.rate)
         if s.fill > HIGH and s.rate == 0 and k > 1:
             # Nobody drains the queue: the paused threads are not needed until it does.
             return self._try(k, k - 1, s, lambda a: True)
@@ -222,13 +218,10 @@ class Tuner:
                 reason = "more input needed"
             else:
                 reason = "starved, no worse"
-                self._doubling = False  # no clear gain: from here on, one at a time
             self._record(k, to, after, reason)
             return after
         self.gate.set_active(k)
         self._blocked[(k, to)] = time.monotonic()
-        if to > k:
-            self._doubling = False
         self._record(to, k, after, f"undo: {after.rate:.0f}/s, {after.cpu * 1e3:.2f} ms CPU "
                      f"per record at {to} vs {before.rate:.0f}/s, {before.cpu * 1e3:.2f} ms at {k}")
         return self._measure()
