@@ -20,9 +20,9 @@ that runner a :class:`Gate` (thread i enqueues only while i < active) and a
   the step: the tuner tries one thread fewer, then one more, and keeps a move
   only if the CPU per record fell by ``MARGIN`` and the queue stayed fed. One
   fewer is not always cheaper: TF's thread pools spin between the steps of a
-  single reader thread, and on 2 cores one reader cost 30% CPU where four cost
-  23% for the same records (README, Benchmarks). A queue that nobody drains
-  gives threads back outright;
+  single reader thread, and on 2 cores one reader cost 37% CPU where four
+  cost 25-28% for the same records (README, Benchmarks, workload c). A queue
+  that nobody drains gives threads back outright;
 - a move that was undone is not retried from the same count until
   ``REPROBE_SECS`` have passed, as the load may have changed.
 
