@@ -55,9 +55,10 @@ def tuned_order(readers: list, num_threads: int) -> list:
 
     The tuner runs threads 0..k-1, so with this order k threads are k/2
     readers with two threads each rather than k readers with one: a reader's
-    second thread parses and enqueues while the first holds the read, and on
-    2 cores 4 readers x 2 threads read the demo's small records 1.1x faster
-    than 8 x 1 (README, Benchmarks). Hence at least two threads per reader.
+    second thread parses and enqueues while the first holds the read. On 2
+    cores threads sharing a reader read the demo's small records fastest (2
+    readers x 4 threads, in two runs; README, Autotune). Hence at least two
+    threads per reader.
     """
     return [r for r in readers for _ in range(max(2, num_threads))]
 
