@@ -20,7 +20,11 @@ def worker_graph(cluster, i, scope, build):
             step = v1.get_variable("step", [], tf.int64, v1.zeros_initializer(),
                                    trainable=False)
         batch = build()
-        count = step.assign_add(1)
+        # After the dequeue, as a training step would be: without the dependency the last
+        # run's increment could land although its dequeue ended the input (CI saw step 21
+        # after 20 batches).
+        with tf.control_dependencies(tf.nest.flatten(batch)):
+            count = step.assign_add(1)
     return graph, batch, count
 
 
