@@ -122,7 +122,7 @@ class Decision:
     rate: float  # enqueues/s measured at ``to_count`` (the undone count, for "undo")
     fill: float
     reason: str
-    cpu_ms: float = math.inf  # process CPU milliseconds per enqueue, measured with ``rate``
+    cpu_ms: float  # process CPU milliseconds per enqueue (inf: none), measured with ``rate``
 
 
 @dataclasses.dataclass
