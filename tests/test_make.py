@@ -281,6 +281,29 @@ def test_forkserver_workers_write_the_same_bytes_as_fork(tmp_path):
     assert multiprocessing.active_children() == []
 
 
+def test_a_script_read_from_stdin_makes_its_records_in_process(tmp_path):
+    """``python - <<EOF``: workers could not re-import '<stdin>' (they died with
+    FileNotFoundError); make says so and encodes in the program's own process."""
+    import subprocess
+    import sys
+
+    make_mixed_folder(tmp_path / "src")
+    script = ("import logging, queuekit as qk\n"
+              "logging.basicConfig()\n"
+              f"r = qk.write_tfrecords({str(tmp_path / 'src')!r}, "
+              f"{str(tmp_path / 'out.tfrecords')!r}, image_size=16, workers=2, progress=False)\n"
+              "print(r.written)\n")
+    out = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True,
+                         cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "cannot re-import this program's main module (<stdin>)" in out.stderr
+    expected = len(qk.scan_image_folder(tmp_path / "src"))
+    assert int(out.stdout.split()[-1]) == expected
+    assert len(_records(str(tmp_path / "out.tfrecords"))) == expected
+    assert sorted(os.listdir(tmp_path)) == ["out.tfrecords", "out.tfrecords.labels.txt",
+                                           "out.tfrecords.manifest.json", "src"]
+
+
 def test_a_listing_gives_the_walks_labels_order_and_skips(tmp_path):
     """folder_from_listing (object stores) labels and orders files as the folder walk does."""
     from queuekit.records.folder import folder_from_listing

@@ -10,10 +10,12 @@ import collections
 import concurrent.futures
 import contextlib
 import errno
+import logging
 import multiprocessing
 import os
 import select
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +23,8 @@ from collections.abc import Iterator
 from queuekit.records.encode import make_example
 from queuekit.records.images import encode, load_rgb_image
 from queuekit.records.tfrecord import frame
+
+log = logging.getLogger("queuekit.records.writer")
 
 CHUNK = 8  # images per task sent to a worker
 # copy_file_range errors that mean "not here": fall back to read + write.
@@ -127,6 +131,11 @@ def encoded_chunks(tasks, workers: int, spool: str,
     """
     chunks = [(tasks[start:start + CHUNK], os.path.join(spool, f"{start}.chunk"))
               for start in range(0, len(tasks), CHUNK)]
+    if workers > 1 and start_method != "fork" and (main := unimportable_main()):
+        log.warning("worker processes cannot re-import this program's main module (%s): "
+                    "encoding in this process, one image at a time. Run the program from "
+                    "a file (or queuekit make) to use %d workers.", main, workers)
+        workers = 1
     if workers == 1 or len(chunks) == 1:
         yield ((part, path, _encode_chunk(part, path)) for part, path in chunks)
         return
@@ -151,6 +160,23 @@ def encoded_chunks(tasks, workers: int, spool: str,
         for _, _, future in window:
             future.cancel()
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def unimportable_main() -> str | None:
+    """The main module's path when a spawned or forkserver worker could not import it.
+
+    Such a worker runs the program's main file again, as multiprocessing does;
+    a script read from stdin (``python - <<EOF``) has the path ``<stdin>``,
+    which no worker can open (it would die with ``FileNotFoundError``).
+    """
+    main = sys.modules.get("__main__")
+    if getattr(getattr(main, "__spec__", None), "name", None):
+        return None  # python -m: imported by name
+    path = getattr(main, "__file__", None)
+    if path is None:
+        return None  # python -c, a notebook: nothing to re-import
+    full = os.path.join(multiprocessing.process.ORIGINAL_DIR or "", path)
+    return None if os.path.isfile(full) else path
 
 
 def _context(method: str | None):
