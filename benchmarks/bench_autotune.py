@@ -87,7 +87,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         data = _data(tmp)
         for name in args.workloads.split(","):
-            compare = (("tfdata", "ceilings") if name == "a" else ("tfdata",)
+            compare = (("tfdata", "tfdata-batched", "ceilings") if name == "a"
+                       else ("tfdata", "tfdata-batched")
                        ) if args.compare is None else tuple(filter(None, args.compare.split(",")))
             readers = [r if r == "auto" else int(r) for r in args.readers.split(",")]
             threads = [int(t) for t in args.threads.split(",")]

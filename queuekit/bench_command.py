@@ -43,7 +43,8 @@ def add_bench_parser(sub) -> None:
                         "fetches it to numpy like a loop calling sess.run(batch)")
     p.add_argument("--compare", default="tfdata,tfdata-map,seed",
                    help="reference rows, comma-separated, or none: tfdata (tf.data doing the "
-                        "builders' work: decode in map, normalise after batch), tfdata-map "
+                        "builders' work: decode in map, normalise after batch), tfdata-batched "
+                        "(tf.data vectorised: batch, then parse together), tfdata-map "
                         "(tf.data normalising each record in map), seed (the seed's "
                         "read_and_decode), hand (the 1x1 graph run by a hand-written "
                         "Session/Coordinator loop), ceilings (the files' bytes read alone; "

@@ -56,15 +56,16 @@ def test_bench_synthetic_json_has_every_row(tmp_path, capsys, monkeypatch):
     assert main(["bench", "--synthetic", "24", "--readers", "1,auto", "--threads", "1",
                  "--read-many", "0", "--seconds", "0.3", "--repeat", "1",
                  "--warmup-batches", "1", "--batch-size", "8", "--json", str(out),
-                 "--consume", "numpy", "--compare", "tfdata,tfdata-map,seed,ceilings",
+                 "--consume", "numpy",
+                 "--compare", "tfdata,tfdata-batched,tfdata-map,seed,ceilings",
                  "--plot", str(tmp_path / "p.png"), "--quiet"]) == 0
     table = capsys.readouterr().out
     report = json.loads(out.read_text())
     rows = {r["label"]: r for r in report["rows"]}
     auto = [label for label in rows if label.startswith("readers=auto(")]
     assert list(rows) == ["readers=1 threads=1 read-many=0", *auto, "tf.data",
-                          "tf.data normalise-in-map", "seed-style", "ceiling: read bytes",
-                          "ceiling: normalise a batch"]
+                          "tf.data batch-then-parse", "tf.data normalise-in-map", "seed-style",
+                          "ceiling: read bytes", "ceiling: normalise a batch"]
     assert rows[auto[0]]["tuned"] >= 1 and rows[auto[0]]["readers"] == "auto"
     for row in rows.values():
         assert row["error"] is None and row["records_per_s"] > 0 and row["cpu_percent"]

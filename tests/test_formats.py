@@ -286,15 +286,18 @@ def _cifar_file(path, n, *, start=0, labels=1):
     return str(path), hwc, tags
 
 
-@pytest.mark.parametrize("read_many", [None, 16])
-def test_cifar10_binaries_decode_to_the_right_pixels_and_labels(tmp_path, read_many):
+@pytest.mark.parametrize("read_many,readers", [(None, 2), (16, 2), (None, "auto")])
+def test_cifar10_binaries_decode_to_the_right_pixels_and_labels(tmp_path, read_many, readers):
     (a, ia, la), (b, ib, lb) = (_cifar_file(tmp_path / "data_batch_1.bin", 40),
                                 _cifar_file(tmp_path / "data_batch_2.bin", 35, start=40))
     sources, tags = ia + ib, la + lb
     with qk.QueueSession() as qs:
         batch = qk.fixed_length_batches([a, b], "cifar10", batch_size=16, num_epochs=1,
-                                        shuffle=True, seed=1, num_readers=2,
-                                        read_many=read_many, normalize=False)
+                                        shuffle=True, seed=1, num_readers=readers,
+                                        max_readers=3, read_many=read_many, normalize=False)
+        reads = {int(tf.get_static_value(op.inputs[2])) for op in qs.graph.get_operations()
+                 if op.type == "ReaderReadUpToV2"}
+        assert reads == ({32} if readers == "auto" else {read_many} if read_many else set())
         seen = []
         for x in qs.iterate(batch):
             for img, label in zip(x["image"], x["label"]):

@@ -129,14 +129,15 @@ def test_queuekit_made_files_carry_their_features(tmp_path):
     assert texts == {"bird", "dog", "猫"}
 
 
-@pytest.mark.parametrize("read_many", [None, 4])
-def test_wrong_raw_size_names_record_and_sizes(tmp_path, read_many):
+@pytest.mark.parametrize("read_many,readers", [(None, 1), (4, 1), (None, "auto")])
+def test_wrong_raw_size_names_record_and_sizes(tmp_path, read_many, readers):
     """A raw record shorter than its shape fails naming file:byte offset and both sizes."""
     path = _write(tmp_path / "short.tfrecords", range(5), raw_len=50)
     with pytest.raises(tf.errors.InvalidArgumentError) as info:
         with qk.QueueSession() as qs:
             for _ in qs.iterate(qk.tfrecord_batches(path, batch_size=2, num_epochs=1,
-                                                    read_many=read_many)):
+                                                    read_many=read_many, num_readers=readers,
+                                                    max_readers=2)):
                 pass
     msg = str(info.value)
     assert "expected 72 bytes" in msg and "short.tfrecords:0" in msg and "50" in msg
@@ -288,3 +289,42 @@ def test_image_folder_batches_names_an_image_that_fails_to_decode(tmp_path):
                                                         batch_size=1, num_epochs=1)):
                 pass
     assert f"the image that failed to decode is {broken}" in " ".join(info.value.__notes__)
+
+
+def _records_per_read(graph):
+    """The read_many of the graph's readers (empty: one record per read)."""
+    return {int(tf.get_static_value(op.inputs[2])) for op in graph.get_operations()
+            if op.type == "ReaderReadUpToV2"}
+
+
+@pytest.mark.parametrize("shape,per_read", [((4, 6, 3), {32}), ((96, 96, 3), {9}),
+                                            ((160, 160, 3), set())])
+def test_auto_readers_read_small_raw_records_many_per_step(tmp_path, shape, per_read):
+    """"auto" reads about 256 KiB of small records per step (none over 64 KiB), each once."""
+    files = [_write(tmp_path / f"{k}.tfrecords", range(30 * k, 30 * k + 30), shape=shape)
+             for k in range(2)]
+    with qk.QueueSession() as qs:
+        b = qk.tfrecord_batches(files, batch_size=16, num_epochs=1, num_readers="auto",
+                                max_readers=3, shuffle=True, seed=2)
+        assert _records_per_read(qs.graph) == per_read
+        assert _ids(qs.iterate(b)) == list(range(60))
+        assert qs.tuning()  # the tuner ran
+
+
+@pytest.mark.parametrize("how", ["read_many=0", "parse_fn", "png", "fixed readers"])
+def test_one_record_per_read_unless_auto_may_choose(tmp_path, how):
+    """read_many=0, a parse_fn (it expects a scalar), encoded images (the decode is the
+    cost) and fixed readers keep one record per read."""
+    path = _write(tmp_path / "r.tfrecords", range(20), fmt="png" if how == "png" else "raw")
+    kw = dict(batch_size=8, num_epochs=1, num_readers="auto", max_readers=2)
+    if how == "read_many=0":
+        kw["read_many"] = 0
+    elif how == "parse_fn":
+        kw["parse_fn"] = lambda s: {"filename": tf.io.parse_single_example(
+            s, {"filename": tf.io.FixedLenFeature([], tf.string)})["filename"]}
+    elif how == "fixed readers":
+        kw["num_readers"] = 2
+    with qk.QueueSession() as qs:
+        b = qk.tfrecord_batches(path, **kw)
+        assert _records_per_read(qs.graph) == set()
+        assert _ids(qs.iterate(b)) == list(range(20))

@@ -28,6 +28,8 @@ REFERENCES = {
     # TFRecordDataset -> map(the builders' parse) -> batch -> one Dequantize -> prefetch:
     # the same work as queuekit's builders, all AUTOTUNE.
     "tfdata": "tf.data",
+    # tf.data vectorised: batch, then parse the records together (as read_many does)
+    "tfdata-batched": "tf.data batch-then-parse",
     # the usual tf.data port of the seed: normalise each record in map (three float passes)
     "tfdata-map": "tf.data normalise-in-map",
     "seed": "seed-style",  # the seed's read_and_decode: 1 reader, normalise, batch(capacity=20)

@@ -15,7 +15,7 @@ import os
 import tensorflow as tf
 
 from queuekit.errors import CorruptRecordError, DatasetError
-from queuekit.pipelines.batching import Batching, file_batches
+from queuekit.pipelines.batching import Batching, auto_read_many, file_batches
 from queuekit.records.files import expand_files
 from queuekit.records.tfrecord import check_framing
 
@@ -113,6 +113,9 @@ def fixed_length_batches(files, layout="cifar10", *, record_bytes: int | None = 
     elif record_bytes is None:
         raise ValueError("parse_fn needs record_bytes")
     header_bytes, footer_bytes = header_bytes or 0, footer_bytes or 0
+    if parse_fn is None:
+        read_many = auto_read_many(read_many, num_readers, record_bytes)
+        opts = dataclasses.replace(opts, read_many=read_many)
     files = expand_files(files)
     if check_sizes(files, record_bytes, header_bytes, footer_bytes) == 0:
         raise DatasetError(f"no records in {', '.join(files)}")

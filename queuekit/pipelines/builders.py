@@ -10,6 +10,7 @@ that does not match its declared shape.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import tensorflow as tf
@@ -18,6 +19,7 @@ from queuekit.cluster.work import FILE_KEY
 from queuekit.errors import DatasetError
 from queuekit.pipelines.batching import (
     Batching,
+    auto_read_many,
     capacity_for,
     file_batches,
     finish,
@@ -96,7 +98,10 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
             CPU per record (``qs.tuning()``).
         num_threads: enqueue threads per reader (with ``"auto"``, at least two).
         read_many: read up to this many records per step (``read_up_to`` +
-            batched ``parse_example`` + ``enqueue_many``); None reads one.
+            batched ``parse_example`` + ``enqueue_many``); 0 reads one. None
+            reads one, or with ``"auto"`` readers, no ``parse_fn`` and raw
+            images, about 256 KiB of records (4 to 32; none for records over
+            64 KiB): small records cost a session step each otherwise.
         capacity: batch queue capacity; by default about 64 MiB of images
             (:data:`~queuekit.pipelines.batching.QUEUE_BYTES`), at least two batches.
         min_after_dequeue: with ``shuffle``; default half the capacity.
@@ -168,6 +173,9 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         size = None if image_size is None else _pair(image_size)
         layout = record_layout(files, image_shape, schema, DecodeOptions(
             size, dct_method, None if random_crop is None else tuple(random_crop), seed))
+        if layout.fmt == "raw":  # encoded images: the decode, not the step, is the cost
+            read_many = auto_read_many(read_many, num_readers, layout.image_bytes)
+            opts = dataclasses.replace(opts, read_many=read_many)
 
         def parse(serialized, keys):
             return parse_records(serialized, keys, layout, many=bool(read_many))

@@ -222,8 +222,8 @@ class Tuner:
             return after
         self.gate.set_active(k)
         self._blocked[(k, to)] = time.monotonic()
-        self._record(to, k, after, f"undo: {after.rate:.0f}/s, {after.cpu * 1e3:.2f} ms CPU "
-                     f"per record at {to} vs {before.rate:.0f}/s, {before.cpu * 1e3:.2f} ms at {k}")
+        self._record(to, k, after, f"undo: {after.rate:.0f}/s, {after.cpu * 1e3:.2f} ms CPU per "
+                     f"enqueue at {to} vs {before.rate:.0f}/s, {before.cpu * 1e3:.2f} ms at {k}")
         return self._measure()
 
     def _record(self, k: int, to: int, measured: Sample, reason: str) -> None:
@@ -231,4 +231,4 @@ class Tuner:
                      measured.fill, reason, measured.cpu * 1e3)
         self.history.append(d)
         log.info("%s: %d -> %d active threads (%.0f enqueues/s, fill %.2f, %.2f ms CPU per "
-                 "record: %s)", self.queue, k, to, d.rate, d.fill, d.cpu_ms, reason)
+                 "enqueue: %s)", self.queue, k, to, d.rate, d.fill, d.cpu_ms, reason)
