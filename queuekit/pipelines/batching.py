@@ -59,11 +59,11 @@ def auto_read_many(read_many: int | None, num_readers, record_bytes: int) -> int
     Each read is a session step, and a step costs about the same whatever it
     carries: for the demo's 27 KB records, reading 8 per step raised the tuned
     pipeline from about 25,000 to 35,000 records/s on 2 cores with 10% less
-    CPU (README, Autotune). For large records the batch queue's
-    ``enqueue_many`` copies each record under the queue's lock, which the
-    dequeue waits for: 2 per step of (a)'s 196 KB records ran 15% slower. So
-    about :data:`AUTO_READ_BYTES` per read, and none below 4 records. 0 means
-    one record per read (no ``read_up_to``); ``None`` with fixed readers too.
+    CPU (README, Autotune). Large records lose by it: 2 per step of 196 KB
+    records ran 15% slower (likely ``enqueue_many``, which copies each record
+    under the queue's lock while the dequeue waits). So about
+    :data:`AUTO_READ_BYTES` per read, and none below 4 records. 0 means one
+    record per read (no ``read_up_to``); ``None`` with fixed readers too.
     """
     if read_many is not None or num_readers != "auto":
         return read_many or None

@@ -18,7 +18,7 @@ that runner a :class:`Gate` (thread i enqueues only while i < active) and a
 - a full queue (fill above ``HIGH``: the training step is the slow side) has
   its records' rate set by the step, so what input can still save is CPU for
   the step: the tuner tries one thread fewer, then one more, and keeps a move
-  only if the CPU per record fell by ``MARGIN`` and the queue stayed fed. One
+  only if the CPU per enqueue fell by ``MARGIN`` and the queue stayed fed. One
   fewer is not always cheaper: TF's thread pools spin between the steps of a
   single reader thread, and on 2 cores one reader cost 37% CPU where four
   cost 25-28% for the same records (README, Benchmarks, workload c). A queue
