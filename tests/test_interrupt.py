@@ -146,3 +146,35 @@ with qk.QueueSession(stall_timeout_secs=None) as qs:
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines[-1] == "KeyboardInterrupt", err[-2000:]
     assert child.returncode in (-signal.SIGINT, 130), err[-2000:]
+
+
+def test_a_handler_inside_a_run_leaves_the_wake_to_the_router_thread():
+    """A SIGINT whose Python handler runs while a run is under way (it can run inside
+    TF's Session.run before C++, holding the graph's non-reentrant session lock) must
+    not close the queues from the main thread: a Session.run there can wait forever.
+    The router's thread wakes the run; the signal is kept for the main thread."""
+    import threading
+
+    from queuekit.session.interrupt import ROUTER, SessionSignals
+    from queuekit.session.run_state import RunState
+
+    state = RunState()
+    woken_in, woken = [], threading.Event()
+
+    def wake():
+        woken_in.append(threading.current_thread())
+        woken.set()
+
+    signals = SessionSignals(state, wake, grace=1.0)
+    assert ROUTER.register(signals)
+    try:
+        state.enter_run()
+        signal.raise_signal(signal.SIGINT)  # the handler runs on return, in this thread
+        assert woken.wait(10), "the run was never woken"
+        assert state.deferred and state.deferred[0][0] == signal.SIGINT
+        assert threading.main_thread() not in woken_in
+    finally:
+        state.leave_run()
+        ROUTER.unregister(signals)
+    with pytest.raises(KeyboardInterrupt):
+        signals.dispatch()  # the main thread raises it, after the run

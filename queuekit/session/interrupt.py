@@ -32,6 +32,7 @@ closes in the main thread, and meanwhile behave as the program's own.
 
 from __future__ import annotations
 
+import collections
 import logging
 import select
 import signal
@@ -45,6 +46,7 @@ from queuekit.session.run_state import RunState
 log = logging.getLogger(__name__)
 
 _STOP = b"\x00"  # not a signal number: tells the reader thread to exit
+_WAKE = b"\xff"  # not a signal number either: a handler asks the reader thread to wake a run
 ROUTED = tuple(s for s in (getattr(signal, n, None) for n in ("SIGINT", "SIGTERM", "SIGHUP"))
                if s is not None)
 
@@ -59,6 +61,8 @@ class _Router:
         self._thread = None
         self._stale = False  # installed, but the last session closed off the main thread
         self._deadlines: list[tuple[float, SessionSignals, float, int]] = []
+        # (session, run, signal) a handler asked to wake; a deque: appended without a lock
+        self._wakes: collections.deque = collections.deque()
 
     def register(self, session: SessionSignals) -> bool:
         """Route signals to ``session`` while it is active; False if that cannot be done here."""
@@ -151,8 +155,14 @@ class _Router:
             timeout = None
             if self._deadlines:
                 timeout = max(0.0, min(d[0] for d in self._deadlines) - time.monotonic())
-            ready, _, _ = select.select([reader], [], [], timeout)
+            try:
+                ready, _, _ = select.select([reader], [], [], timeout)
+            except (OSError, ValueError):  # closed under us: the router is gone
+                return
             self._wake_overdue()
+            while self._wakes:
+                session, run_started, signum = self._wakes.popleft()
+                session.overdue(run_started, signum)
             if not ready:
                 continue
             try:
@@ -162,10 +172,10 @@ class _Router:
             except OSError:
                 return
             if not data or _STOP in data:
-                return  # (unregister holds the lock while it waits for this)
-            with self._lock:
-                sessions = list(self._sessions)
-                previous = dict(self._previous)
+                return
+            # Copies, without the lock: unregister holds it while it waits for this
+            # thread to end, so a signal read meanwhile would keep both waiting.
+            sessions, previous = list(self._sessions), dict(self._previous)
             for signum in set(data) & set(previous):
                 for s in sessions:
                     try:
@@ -183,6 +193,21 @@ class _Router:
         self._deadlines = [d for d in self._deadlines if d[0] > now]
         for _, s, run_started, signum in due:
             s.overdue(run_started, signum)
+
+    def wake_soon(self, session: SessionSignals, run_started: float, signum: int) -> None:
+        """From a handler in the main thread: have the reader thread wake ``session``'s run.
+
+        The handler may run anywhere in the main thread's bytecode, also inside
+        TensorFlow's ``Session.run`` before it enters C++, holding the graph's
+        plain (non-reentrant) session lock: closing the queues from there, with
+        a ``Session.run`` of its own, would wait for that lock forever.
+        """
+        self._wakes.append((session, run_started, signum))
+        try:
+            if self._sockets is not None:
+                self._sockets[1].send(_WAKE)
+        except OSError:  # full (the reader is behind and will see the deque) or closed
+            pass
 
     def _handle(self, signum, frame):
         with self._lock:
@@ -238,13 +263,11 @@ class SessionSignals:
             if not (state.in_run or state.closing or state.woken_by is not None):
                 return False
             state.deferred.append((signum, frame))
-            in_run = state.in_run
-            wake_now = in_run and signum == signal.SIGINT and (
+            wake_now = state.in_run and signum == signal.SIGINT and (
                 ROUTER.previous(signum) is signal.default_int_handler)
-            if wake_now:
-                state.woken_by = signum
-        if wake_now:
-            self._wake()
+            run_started = state.run_started
+        if wake_now:  # never from here: see _Router.wake_soon
+            ROUTER.wake_soon(self, run_started, signum)
         return True
 
     def dispatch(self) -> None:
