@@ -198,9 +198,10 @@ class _Router:
         """From a handler in the main thread: have the reader thread wake ``session``'s run.
 
         The handler may run anywhere in the main thread's bytecode, also inside
-        TensorFlow's ``Session.run`` before it enters C++, holding the graph's
-        plain (non-reentrant) session lock: closing the queues from there, with
-        a ``Session.run`` of its own, would wait for that lock forever.
+        TensorFlow's ``Session.run`` before it enters C++, where the main thread
+        may hold the plain (non-reentrant) lock inside the graph's session-run
+        lock: closing the queues from there, with a ``Session.run`` of its own,
+        would wait for that lock forever.
         """
         self._wakes.append((session, run_started, signum))
         try:
