@@ -175,7 +175,8 @@ def unimportable_main() -> str | None:
     path = getattr(main, "__file__", None)
     if path is None:
         return None  # python -c, a notebook: nothing to re-import
-    full = os.path.join(multiprocessing.process.ORIGINAL_DIR or "", path)
+    # Where multiprocessing resolves a relative main path (not in its type stubs).
+    full = os.path.join(getattr(multiprocessing.process, "ORIGINAL_DIR", None) or "", path)
     return None if os.path.isfile(full) else path
 
 
