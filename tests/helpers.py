@@ -109,3 +109,11 @@ def without_module(name: str) -> str:
             f"        if name == {name!r} or name.startswith({name + '.'!r}):\n"
             "            raise ModuleNotFoundError(name)\n"
             "sys.meta_path.insert(0, Block())\n")
+
+
+def records_per_read(graph):
+    """The read_many of the graph's readers (empty: one record per read)."""
+    import tensorflow as tf
+
+    return {int(tf.get_static_value(op.inputs[2])) for op in graph.get_operations()
+            if op.type == "ReaderReadUpToV2"}

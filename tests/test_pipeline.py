@@ -11,7 +11,7 @@ import queuekit as qk
 from queuekit.pipelines import batching, builders
 from queuekit.records import images
 from queuekit.records.example import make_example
-from tests.helpers import v1
+from tests.helpers import records_per_read, v1
 from tests.imagefactory import make_mixed_folder, rgb
 from tests.seed import makeTFRec
 
@@ -291,12 +291,6 @@ def test_image_folder_batches_names_an_image_that_fails_to_decode(tmp_path):
     assert f"the image that failed to decode is {broken}" in " ".join(info.value.__notes__)
 
 
-def _records_per_read(graph):
-    """The read_many of the graph's readers (empty: one record per read)."""
-    return {int(tf.get_static_value(op.inputs[2])) for op in graph.get_operations()
-            if op.type == "ReaderReadUpToV2"}
-
-
 @pytest.mark.parametrize("shape,per_read", [((4, 6, 3), {32}), ((96, 96, 3), {9}),
                                             ((160, 160, 3), set())])
 def test_auto_readers_read_small_raw_records_many_per_step(tmp_path, shape, per_read):
@@ -306,7 +300,7 @@ def test_auto_readers_read_small_raw_records_many_per_step(tmp_path, shape, per_
     with qk.QueueSession() as qs:
         b = qk.tfrecord_batches(files, batch_size=16, num_epochs=1, num_readers="auto",
                                 max_readers=3, shuffle=True, seed=2)
-        assert _records_per_read(qs.graph) == per_read
+        assert records_per_read(qs.graph) == per_read
         assert _ids(qs.iterate(b)) == list(range(60))
         assert qs.tuning()  # the tuner ran
 
@@ -326,5 +320,5 @@ def test_one_record_per_read_unless_auto_may_choose(tmp_path, how):
         kw["num_readers"] = 2
     with qk.QueueSession() as qs:
         b = qk.tfrecord_batches(path, **kw)
-        assert _records_per_read(qs.graph) == set()
+        assert records_per_read(qs.graph) == set()
         assert _ids(qs.iterate(b)) == list(range(20))
