@@ -67,6 +67,7 @@ _WHERE = {
     "CorruptRecordError": "queuekit.errors",
     "ImageDecodeError": "queuekit.errors",
     "OutputExistsError": "queuekit.errors",
+    "OutputBusyError": "queuekit.errors",
     "MissingDependencyError": "queuekit.errors",
     "ClusterError": "queuekit.errors",
     "WorkLost": "queuekit.errors",

@@ -22,6 +22,7 @@ __all__ = [
     "CorruptRecordError",
     "ImageDecodeError",
     "OutputExistsError",
+    "OutputBusyError",
     "ClusterError",
     "WorkLost",
 ]
@@ -122,6 +123,10 @@ class ImageDecodeError(QueuekitError, ValueError):
 
 class OutputExistsError(QueuekitError, FileExistsError):
     """An output already exists and ``overwrite`` was not given."""
+
+
+class OutputBusyError(QueuekitError, BlockingIOError):
+    """Another live queuekit process is writing the same output (it holds the output's lock)."""
 
 
 class MissingDependencyError(QueuekitError, ImportError):

@@ -219,3 +219,131 @@ def test_export_of_a_negative_shape_is_a_bad_record_exit_1(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "neg.tfrecords: record 0" in err and "invalid image shape" in err
     assert "Traceback" not in err
+
+
+def _fake_manifest(out, files):
+    out.mkdir(exist_ok=True)
+    (out / ".queuekit-export.json").write_text(json.dumps(files))
+
+
+@pytest.mark.parametrize("entry", ["../victim.txt", "ABSOLUTE", "a/../../victim.txt",
+                                   {"path": "../victim.txt", "size": 6, "sha256": "x"}])
+def test_overwrite_never_deletes_what_a_manifest_lists_outside_the_folder(tmp_path, entry,
+                                                                           capsys):
+    """A manifest naming ../victim.txt or an absolute path is refused, naming it; nothing goes."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    entry = str(victim) if entry == "ABSOLUTE" else entry
+    out = tmp_path / "out"
+    _fake_manifest(out, {"files": [entry]})
+    rec = _labelled(tmp_path / "a.tfrecords", ["x"])
+    assert main(["export", rec, str(out), "--overwrite", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "not a manifest queuekit wrote" in err and "Traceback" not in err
+    assert victim.read_text() == "keep me"
+    assert sorted(os.listdir(out)) == [".queuekit-export.json"]
+
+
+@pytest.mark.parametrize("manifest", [{"files": [1]}, None, [], {"files": "x"}, "{not json"])
+def test_a_malformed_manifest_is_a_clear_error(tmp_path, manifest, capsys):
+    """{"files":[1]}, null, [] or broken JSON: exit 2 naming the manifest, no traceback."""
+    out = tmp_path / "out"
+    out.mkdir()
+    text = manifest if isinstance(manifest, str) else json.dumps(manifest)
+    (out / ".queuekit-export.json").write_text(text)
+    rec = _labelled(tmp_path / "a.tfrecords", ["x"])
+    assert main(["export", rec, str(out), "--overwrite", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert ".queuekit-export.json is not a manifest queuekit wrote" in err
+    assert "Traceback" not in err
+
+
+def test_overwrite_does_not_follow_a_linked_class_folder(tmp_path):
+    """out/x -> ../photos, listed in the manifest as x/0.jpg: refused, the photo behind it kept."""
+    rec = _labelled(tmp_path / "a.tfrecords", ["x"])
+    out = tmp_path / "out"
+    qk.export_images(rec, out, progress=False)
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    (photos / "0.jpg").write_bytes((out / "x" / "0.jpg").read_bytes())  # same bytes even
+    for p in (out / "x").iterdir():
+        p.unlink()
+    (out / "x").rmdir()
+    (out / "x").symlink_to(photos, target_is_directory=True)
+    with pytest.raises(qk.OutputExistsError, match="link"):
+        qk.export_images(rec, out, overwrite=True, progress=False)
+    assert (photos / "0.jpg").exists()
+
+
+def test_overwrite_keeps_a_file_changed_since_the_export(tmp_path):
+    """A listed image whose bytes changed (the user edited it) is not deleted."""
+    rec = _labelled(tmp_path / "a.tfrecords", ["x", "y"])
+    out = tmp_path / "out"
+    qk.export_images(rec, out, progress=False)
+    (out / "y" / "1.jpg").write_bytes(b"the user's edit")
+    with pytest.raises(qk.OutputExistsError, match="changed since the export"):
+        qk.export_images(rec, out, overwrite=True, progress=False)
+    assert (out / "y" / "1.jpg").read_bytes() == b"the user's edit"
+    assert (out / "x" / "0.jpg").exists()
+
+
+def test_overwrite_accepts_a_version_1_manifest_of_export_names_only(tmp_path):
+    """An older export's manifest (plain names) is replaced; a plain name it could not have
+    written is refused."""
+    rec = _labelled(tmp_path / "a.tfrecords", ["x"])
+    out = tmp_path / "out"
+    qk.export_images(rec, out, progress=False)
+    _fake_manifest(out, {"files": ["x/0.jpg", "classes.json"]})
+    qk.export_images(rec, out, overwrite=True, progress=False)
+    assert json.loads((out / ".queuekit-export.json").read_text())["version"] == 2
+    _fake_manifest(out, {"files": ["x/0.jpg", "x/notes.txt", "classes.json"]})
+    (out / "x" / "notes.txt").write_text("mine")
+    with pytest.raises(qk.OutputExistsError, match="not a manifest"):
+        qk.export_images(rec, out, overwrite=True, progress=False)
+    assert (out / "x" / "notes.txt").exists()
+
+
+def test_overwrite_with_a_corrupt_input_keeps_the_previous_export(tmp_path):
+    """export --overwrite of a corrupt file fails and leaves the previous export whole."""
+    good = _labelled(tmp_path / "a.tfrecords", ["x", "y"])
+    out = tmp_path / "out"
+    qk.export_images(good, out, progress=False)
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    bad = tmp_path / "bad.tfrecords"
+    bad.write_bytes(open(good, "rb").read()[:-3])
+    with pytest.raises(qk.CorruptRecordError) as info:
+        qk.export_images(bad, out, overwrite=True, progress=False)
+    assert "previous export" in "".join(getattr(info.value, "__notes__", []))
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after == before
+
+
+def test_export_folders_differ_on_case_insensitive_normalising_file_systems(tmp_path):
+    """Cat/cat and NFC/NFD café get folders that differ after case folding and NFC."""
+    import unicodedata
+
+    labels = ["Cat", "cat", "caf\u00e9", "cafe\u0301"]
+    rec = _labelled(tmp_path / "l.tfrecords", labels)
+    qk.export_images(rec, tmp_path / "out", progress=False)
+    mapping = json.loads((tmp_path / "out" / "classes.json").read_text())
+    folded = {unicodedata.normalize("NFC", name).casefold() for name in mapping}
+    assert len(mapping) == 4 and len(folded) == 4
+
+
+def test_a_second_export_to_a_folder_being_written_fails_clearly(tmp_path):
+    """While another process holds the folder's lock, export fails naming it; nothing changes."""
+    import fcntl
+
+    rec = _labelled(tmp_path / "a.tfrecords", ["x"])
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = open(out / ".queuekit-export.lock", "w")  # another open file: another holder
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        with pytest.raises(qk.OutputBusyError, match="another queuekit process"):
+            qk.export_images(rec, out, progress=False)
+    finally:
+        holder.close()
+    assert os.listdir(out) == [".queuekit-export.lock"]
+    qk.export_images(rec, out, progress=False)  # the lock released: it goes through
+    assert sorted(os.listdir(out)) == [".queuekit-export.json", "classes.json", "x"]

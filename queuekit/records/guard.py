@@ -1,0 +1,108 @@
+"""Guards of a command's output: one writer at a time, and clean-up a second signal cannot cut.
+
+One writer per output: an exclusive ``flock`` held for the whole of a
+``make`` or ``export``. A pid in a file name cannot tell a live run from a dead one across PID
+namespaces (two containers sharing a volume see different pids); a lock can,
+because the kernel drops it when its holder dies, however it dies. So a run
+that holds the lock of an output knows that every temp or spool file left
+for that output belongs to a dead run, and two runs to one output never mix:
+the second fails at once, naming the lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import stat
+import threading
+from collections.abc import Iterator
+
+from queuekit.errors import OutputBusyError
+
+
+@contextlib.contextmanager
+def exclusive(path: str, what: str) -> Iterator[None]:
+    """Hold an exclusive lock on the lock file ``path`` (created, and removed at the end).
+
+    Raises:
+        OutputBusyError: another live process holds it; names ``what`` and ``path``.
+        OSError: ``path`` is not a regular file (a link, a FIFO...), naming it.
+    """
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+                     | os.O_NONBLOCK, 0o644)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(f"{path} is not a regular file; queuekit's lock file goes there")
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise OutputBusyError(
+                    f"{what} is being written by another queuekit process (it holds the lock "
+                    f"{path}); wait for it to finish") from None
+            # The holder before us unlinks the file while it still holds it: if we
+            # opened that old file, the lock we got guards nothing. Take the new one.
+            try:
+                current = os.stat(path, follow_symlinks=False)
+            except FileNotFoundError:
+                current = None
+            mine = os.fstat(fd)
+            if current is not None and (current.st_ino, current.st_dev) == (mine.st_ino,
+                                                                            mine.st_dev):
+                break
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    try:
+        yield
+    finally:
+        try:
+            os.unlink(path)  # still held: a process waiting on this file retries, as above
+        finally:
+            os.close(fd)
+
+
+_ENDING = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None))
+                if s is not None)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP until the block ends, then deliver them.
+
+    For the clean-up after a first Ctrl-C and for a commit: a second Ctrl-C that
+    lands inside a process pool's shutdown or between two renames left a hung
+    process or half an output. Blocking the signal with ``pthread_sigmask`` is not
+    enough: the kernel hands a process signal to any thread that does not block
+    it, and Python runs the handler in the main thread all the same. So the
+    Python handlers are swapped for one that notes the signal. Only in the main
+    thread (elsewhere there is no handler to swap); nested blocks deliver at the
+    outermost end.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[int] = []
+    previous = {}
+    for signum in _ENDING:
+        handler = signal.getsignal(signum)
+        if handler in (signal.SIG_IGN, None) or getattr(handler, "_queuekit_defers", False):
+            continue  # ignored, installed from C, or an outer block already defers it
+        previous[signum] = signal.signal(signum, _noting(noted))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(noted):  # each once: a third Ctrl-C is the second's echo
+            signal.raise_signal(signum)
+
+
+def _noting(noted: list[int]):
+    def note(signum, frame):
+        noted.append(signum)
+    note._queuekit_defers = True  # type: ignore[attr-defined]
+    return note
