@@ -97,7 +97,7 @@ def test_sigterm_mid_job_leaves_no_dataset_no_staging_no_worker(tmp_path):
     try:
         deadline = time.monotonic() + 90
         # The sink's temp folder appears once the workers write: the job is under way.
-        while not list(out.glob(".queuekit-make-*/beam-temp-*")):
+        while not list(out.glob(".*.queuekit-spool-*/beam-temp-*")):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.05)
         workers = descendants(proc.pid)

@@ -44,7 +44,7 @@ def _wait_for_workers(proc, out_dir):
     """Block until the parent has two worker processes and a spool folder (or fail)."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        spool = [e for e in os.listdir(out_dir) if e.startswith(".queuekit-make-")] if \
+        spool = [e for e in os.listdir(out_dir) if ".queuekit-spool-" in e] if \
             os.path.isdir(out_dir) else []
         workers = descendants(proc.pid)
         if spool and len(workers) >= 4:  # 2 workers, the fork server, the resource tracker
@@ -84,7 +84,9 @@ def test_workers_die_with_a_killed_parent_and_the_next_run_cleans_up(tmp_path, c
     assert sorted(os.listdir(out_dir)) == sorted(
         os.path.basename(p) for p in report.outputs + [report.labels_path]
         + [str(out_dir / "d.tfrecords.manifest.json")])
-    assert sum("no longer runs" in r.getMessage() for r in caplog.records) == len(left)
+    # The killed run's lock file is taken over and removed by the next run, not logged.
+    stale = [e for e in left if e != ".d.tfrecords.queuekit-lock"]
+    assert sum("was killed" in r.getMessage() for r in caplog.records) == len(stale)
 
 
 def test_non_utf8_file_and_class_names_are_kept_byte_for_byte(tmp_path):
@@ -233,3 +235,132 @@ def test_disk_full_names_the_output(tmp_path, monkeypatch):
     assert info.value.filename == str(tmp_path / "o.tfrecords")
     assert "No space left" in str(info.value)
     assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
+def test_a_second_make_to_the_same_output_fails_and_the_first_finishes_whole(tmp_path):
+    """Two makes to one output: the second fails at once naming the lock, and removes nothing of
+    the first (whose spool it would have called stale); the first writes its dataset whole."""
+    _photos(tmp_path / "src", 1200)
+    out_dir = tmp_path / "out"
+    first = _start_make(tmp_path / "src", out_dir / "d.tfrecords")
+    workers = _wait_for_workers(first, out_dir)
+    spool = [e for e in os.listdir(out_dir) if ".queuekit-spool-" in e]
+    with pytest.raises(qk.OutputBusyError, match="d.tfrecords"):
+        qk.write_tfrecords(tmp_path / "src", out_dir / "d.tfrecords", image_size=8,
+                           workers=1, progress=False)
+    with pytest.raises(qk.OutputBusyError):  # --overwrite does not take it either
+        qk.write_tfrecords(tmp_path / "src", out_dir / "d.tfrecords", image_size=8,
+                           overwrite=True, workers=1, progress=False)
+    assert all((out_dir / s).is_dir() for s in spool)
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err[-2000:]
+    assert gone(workers)
+    assert sum(1 for _ in scan_records(str(out_dir / "d.tfrecords"))) == 1200
+    assert sorted(os.listdir(out_dir)) == ["d.tfrecords", "d.tfrecords.labels.txt",
+                                           "d.tfrecords.manifest.json"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link"])
+def test_overwrite_never_replaces_what_is_not_a_regular_file(tmp_path, kind):
+    """A FIFO (as /dev/null is a device) or a link at the output path is refused, and kept."""
+    make_mixed_folder(tmp_path / "src")
+    out = tmp_path / "d.tfrecords"
+    if kind == "fifo":
+        os.mkfifo(out)
+    else:
+        (tmp_path / "theirs").write_text("someone's data")
+        out.symlink_to(tmp_path / "theirs")
+    with pytest.raises(qk.OutputExistsError, match="not a regular file"):
+        qk.write_tfrecords(tmp_path / "src", out, image_size=8, overwrite=True, progress=False)
+    assert os.path.lexists(out)
+    assert (out.is_fifo() if kind == "fifo" else out.is_symlink())
+    assert sorted(os.listdir(tmp_path)) == sorted(["src", "d.tfrecords"]
+                                                  + (["theirs"] if kind == "link" else []))
+
+
+def test_make_to_a_device_is_refused(tmp_path, capsys):
+    """make imgs /dev/null --overwrite: exit 2 naming /dev/null, which stays a device."""
+    import stat as stat_module
+
+    from queuekit.cli import main
+
+    make_mixed_folder(tmp_path / "src")
+    assert main(["make", str(tmp_path / "src"), "/dev/null", "--overwrite", "--quiet"]) == 2
+    assert "/dev/null is not a regular file" in capsys.readouterr().err
+    assert stat_module.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_fifo_named_like_an_image_is_skipped_by_name(tmp_path, workers, caplog):
+    """A FIFO called x.jpg in a class folder is skipped with its name; make does not block."""
+    make_mixed_folder(tmp_path / "src")
+    fifo = tmp_path / "src" / "dog" / "x.jpg"
+    os.mkfifo(fifo)
+    report = qk.write_tfrecords(tmp_path / "src", tmp_path / "o.tfrecords", image_size=8,
+                                workers=workers, progress=False)
+    assert report.written > 0
+    assert any(str(fifo) in r.getMessage() and "not a regular file" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_an_image_replaced_by_a_fifo_after_the_listing_is_skipped():
+    """The loader itself refuses a FIFO (the listing and the read are apart in time)."""
+    import tempfile
+
+    from queuekit.records.workers import encode_example
+
+    with tempfile.TemporaryDirectory() as tmp:
+        fifo = os.path.join(tmp, "x.png")
+        os.mkfifo(fifo)
+        data, reason = encode_example((fifo, (8, 8), "raw", 0, "c", "x.png", "queuekit"))
+    assert data is None and "not a regular file" in reason
+
+
+def test_a_png_in_the_decompression_bomb_warning_band_is_skipped(tmp_path):
+    """A 10000x10000 PNG header (over Pillow's limit, under twice it) is skipped, not fatal."""
+    from tests.imagefactory import bomb_png
+
+    make_mixed_folder(tmp_path / "src")
+    bomb = tmp_path / "src" / "dog" / "bomb.png"
+    bomb_png(bomb, side=10000)
+    report = qk.write_tfrecords(tmp_path / "src", tmp_path / "o.tfrecords", image_size=8,
+                                workers=1, progress=False)
+    assert [(p, r.split(":")[0]) for p, r in report.skipped] == [(str(bomb),
+                                                                  "decompression bomb")]
+
+
+def test_two_quick_ctrl_c_during_make_exit_130_leaving_nothing(tmp_path):
+    """SIGINT twice, 30 ms apart, mid-write: exit 130 within the bound, no file or worker left."""
+    _photos(tmp_path / "src", 1200)
+    out_dir = tmp_path / "out"
+    proc = _start_make(tmp_path / "src", out_dir / "d.tfrecords")
+    workers = _wait_for_workers(proc, out_dir)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.03)  # the gap between two key presses: the second lands in the clean-up
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted" in err and "Traceback" not in err
+    assert os.listdir(out_dir) == []
+    assert gone(workers)
+
+
+def test_a_script_without_the_main_guard_gets_a_clear_error(tmp_path):
+    """write_tfrecords at a script's top level with workers: an error that names the guard,
+    not BrokenProcessPool, and the program ends."""
+    make_mixed_folder(tmp_path / "src")
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "import queuekit as qk\n"
+        f"qk.write_tfrecords({str(tmp_path / 'src')!r}, {str(tmp_path / 'o.tfrecords')!r},\n"
+        "                   image_size=8, workers=2, progress=False)\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, preexec_fn=default_signals)
+    assert proc.returncode != 0
+    assert 'if __name__ == "__main__":' in proc.stderr
+    assert "BrokenProcessPool" not in proc.stderr.splitlines()[-1]
+    assert not (tmp_path / "o.tfrecords").exists()

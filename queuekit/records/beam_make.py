@@ -84,47 +84,48 @@ def _write(source, output, *, image_size, encoding, schema, shards, workers, ove
     height, width, encoding = check_options(image_size, encoding, schema, shards)
     workers = (os.cpu_count() or 1) if workers is None else max(1, int(workers))
     store = OutputStore(output)
-    finals = (shard_paths(store.output, shards) + [skipped_path(store.output)]
-              + [labels_path(store.output), manifest_path(store.output)])
-    previous = store.previous(finals)
-    if previous and not overwrite:
-        raise OutputExistsError(f"output exists: {previous[0]} (use overwrite=True / "
-                                f"--overwrite to replace the dataset)")
-    folder = source if isinstance(source, ImageFolder) else _listed(os.fspath(source))
-    check_listing(folder, strict)
-    tasks = image_tasks(folder, (height, width), encoding, schema)
-    options, beam_runner = pipeline_options(runner, workers, options)
-    started = time.monotonic()
-    staging = store.staging()
-    try:
-        task_file = store.join(staging, "tasks.jsonl")
-        store.write_text(task_file, "".join(_task_line(t) for t in tasks))
-        stem, ext = os.path.splitext(os.path.basename(store.output))
-        staged = [store.join(staging, os.path.basename(p)) for p in finals]
-        pipeline = beam.Pipeline(runner=beam_runner, options=options)
-        build_pipeline(pipeline, task_file, store.join(staging, stem), ext or ".tfrecords",
-                       shards, staged[shards], strict)
-        counters = run_job(pipeline, strict)
-        per_shard = [store.count_records(p) for p in staged[:shards]]
-        skipped = [_skip(line) for line in store.read_text(staged[shards]).splitlines()]
-        written = sum(per_shard)
-        _check_counts(written, skipped, counters, len(tasks))
-        if written == 0:
-            raise DatasetError(f"{folder.root}: none of the {len(tasks)} images could be read "
-                               f"(first: {skipped[0][0]}: {skipped[0][1]})")
-        store.write_text(staged[shards + 1], labels_text(folder.class_names))
-        store.write_text(staged[shards + 2], manifest_text(
-            shards=finals[:shards], records=per_shard, labels=finals[shards + 1],
-            classes=list(folder.class_names), image_size=(height, width), encoding=encoding,
-            schema=schema))
-        store.commit(list(zip(staged, finals, strict=True)), previous)  # the manifest last
-    finally:
-        store.remove(staging)
-    gone = {path for path, _ in skipped}
-    per_class = collections.Counter(t[4] for t in tasks if t[0] not in gone)
-    return WriteReport(written, skipped, finals[:shards], finals[shards + 1],
-                       list(folder.class_names), store.size(finals[:shards]),
-                       time.monotonic() - started, dict(per_class))
+    with store.locked():  # one make per output, as the local writer
+        finals = (shard_paths(store.output, shards) + [skipped_path(store.output)]
+                  + [labels_path(store.output), manifest_path(store.output)])
+        previous = store.previous(finals)
+        if previous and not overwrite:
+            raise OutputExistsError(f"output exists: {previous[0]} (use overwrite=True / "
+                                    f"--overwrite to replace the dataset)")
+        folder = source if isinstance(source, ImageFolder) else _listed(os.fspath(source))
+        check_listing(folder, strict)
+        tasks = image_tasks(folder, (height, width), encoding, schema)
+        options, beam_runner = pipeline_options(runner, workers, options)
+        started = time.monotonic()
+        staging = store.staging()
+        try:
+            task_file = store.join(staging, "tasks.jsonl")
+            store.write_text(task_file, "".join(_task_line(t) for t in tasks))
+            stem, ext = os.path.splitext(os.path.basename(store.output))
+            staged = [store.join(staging, os.path.basename(p)) for p in finals]
+            pipeline = beam.Pipeline(runner=beam_runner, options=options)
+            build_pipeline(pipeline, task_file, store.join(staging, stem), ext or ".tfrecords",
+                           shards, staged[shards], strict)
+            counters = run_job(pipeline, strict)
+            per_shard = [store.count_records(p) for p in staged[:shards]]
+            skipped = [_skip(line) for line in store.read_text(staged[shards]).splitlines()]
+            written = sum(per_shard)
+            _check_counts(written, skipped, counters, len(tasks))
+            if written == 0:
+                raise DatasetError(f"{folder.root}: none of the {len(tasks)} images could be read "
+                                   f"(first: {skipped[0][0]}: {skipped[0][1]})")
+            store.write_text(staged[shards + 1], labels_text(folder.class_names))
+            store.write_text(staged[shards + 2], manifest_text(
+                shards=finals[:shards], records=per_shard, labels=finals[shards + 1],
+                classes=list(folder.class_names), image_size=(height, width), encoding=encoding,
+                schema=schema))
+            store.commit(list(zip(staged, finals, strict=True)), previous)  # the manifest last
+        finally:
+            store.remove(staging)
+        gone = {path for path, _ in skipped}
+        per_class = collections.Counter(t[4] for t in tasks if t[0] not in gone)
+        return WriteReport(written, skipped, finals[:shards], finals[shards + 1],
+                           list(folder.class_names), store.size(finals[:shards]),
+                           time.monotonic() - started, dict(per_class))
 
 
 def _listed(root: str) -> ImageFolder:

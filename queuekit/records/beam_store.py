@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -10,11 +11,12 @@ import tempfile
 
 from queuekit.errors import DatasetError
 from queuekit.records.commit import (
-    SPOOL_PREFIX,
     check_output,
     commit,
+    output_lock,
     previous_dataset,
     remove_stale,
+    spool_prefix,
 )
 from queuekit.records.tfrecord import Corruption, scan_stream
 
@@ -33,9 +35,14 @@ class OutputStore:
         self.fs = FileSystems
         self.folder = self.fs.split(self.output)[0]
 
+    def locked(self):
+        """The output's lock (:func:`~queuekit.records.commit.output_lock`); none on an object
+        store, which has no locks: two jobs to one bucket path are the user's to avoid."""
+        return contextlib.nullcontext() if self.remote else output_lock(self.output)
+
     def previous(self, finals: list[str]) -> list[str]:
         if not self.remote:
-            remove_stale(self.folder, [os.path.basename(f) for f in finals])
+            remove_stale(self.output, [os.path.basename(f) for f in finals])
             return previous_dataset(self.output)
         stem, ext = os.path.splitext(self.output)
         patterns = [self.output + s for s in ("", ".labels.txt", ".manifest.json",
@@ -46,8 +53,8 @@ class OutputStore:
 
     def staging(self) -> str:
         if not self.remote:
-            return tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-", dir=self.folder)
-        path = self.join(self.folder, f"{SPOOL_PREFIX}{os.getpid()}-{secrets.token_hex(4)}")
+            return tempfile.mkdtemp(prefix=spool_prefix(self.output), dir=self.folder)
+        path = self.join(self.folder, f"{spool_prefix(self.output)}{secrets.token_hex(4)}")
         self.fs.mkdirs(path)
         return path
 

@@ -5,8 +5,13 @@ folder without the manifest is not a complete dataset. The commit first moves
 every file of the previous dataset of the same name aside (also shards of an
 earlier, different ``--shards``), renames the new files in, and only then
 removes the old ones; if any rename fails, the new files are removed and the
-old ones moved back. Temporary and spool names carry the writer's pid, so a
-later run can tell what a dead run left and remove it.
+old ones moved back.
+
+One ``make`` writes an output at a time: it holds the output's lock
+(:func:`output_lock`) from before it looks at the folder until the commit is
+done. So the temp and spool files of that output that it finds are a dead
+run's, whatever PID namespace that run had, and it removes them; a second
+``make`` to the same output fails at once instead of mixing two datasets.
 """
 
 from __future__ import annotations
@@ -17,15 +22,29 @@ import os
 import re
 import secrets
 import shutil
+import stat
 
-from queuekit.errors import DatasetError
-from queuekit.records.workers import pid_alive
+from queuekit.errors import DatasetError, OutputExistsError
+from queuekit.records.guard import exclusive
 
 log = logging.getLogger(__name__)
 
-SPOOL_PREFIX = ".queuekit-make-"
 _OURS = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)-[0-9a-f]{8}\.(?:tmp|old)$")
-_SPOOL = re.compile(re.escape(SPOOL_PREFIX) + r"(?P<pid>\d+)-")
+
+
+def output_lock(output: str):
+    """The lock the one ``make`` writing ``output`` holds (a context manager).
+
+    Raises:
+        OutputBusyError: another live ``make`` writes ``output``.
+    """
+    folder, name = os.path.split(output)
+    return exclusive(os.path.join(folder, f".{name}.queuekit-lock"), f"output {output}")
+
+
+def spool_prefix(output: str) -> str:
+    """The name prefix of the spool (and Beam staging) folders of ``output``'s writer."""
+    return f".{os.path.basename(output)}.queuekit-spool-"
 
 
 def manifest_path(output: str) -> str:
@@ -65,36 +84,43 @@ def check_output(output: str) -> str:
     return path
 
 
-def remove_stale(folder: str, names) -> list[str]:
-    """Remove temp and spool files that a dead queuekit run left for ``names`` in ``folder``."""
+def remove_stale(output: str, names) -> list[str]:
+    """Remove the temp and spool files a dead run left for ``output`` (and its ``names``).
+
+    Call it holding :func:`output_lock`: no live run owns such files then. Only
+    regular files and spool folders, never through a link.
+    """
     removed: list[str] = []
     names = set(names)
+    folder = os.path.dirname(output)
+    spool = spool_prefix(output)
     try:
         entries = list(os.scandir(folder))
     except OSError:
         return removed
     for entry in entries:
         ours = _OURS.match(entry.name)
-        spool = _SPOOL.match(entry.name)
-        match = ours if ours and ours.group("name") in names else spool
-        if match is None or int(match.group("pid")) == os.getpid() or pid_alive(
-                int(match.group("pid"))):
-            continue
-        if spool and entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path, ignore_errors=True)
-        else:
+        if entry.name.startswith(spool) and entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)  # does not follow links
+        elif ours and ours.group("name") in names and entry.is_file(follow_symlinks=False):
             try:
                 os.unlink(entry.path)
             except OSError:
                 continue
-        log.warning("removed %s, left by queuekit process %s that no longer runs",
-                    entry.path, match.group("pid"))
+        else:
+            continue
+        log.warning("removed %s, left by a queuekit run that was killed", entry.path)
         removed.append(entry.path)
     return removed
 
 
 def previous_dataset(output: str) -> list[str]:
-    """The existing files of a dataset written to ``output``: any shard count, labels, manifest."""
+    """The existing files of a dataset written to ``output``: any shard count, labels, manifest.
+
+    Raises:
+        OutputExistsError: one of them is not a regular file (a device, a FIFO, a
+            link, a folder): ``--overwrite`` replaces only the files of a dataset.
+    """
     folder, name = os.path.split(output)
     stem, ext = os.path.splitext(name)
     shard = re.compile(re.escape(stem) + r"-\d{5}-of-\d{5}" + re.escape(ext or ".tfrecords") + "$")
@@ -103,7 +129,13 @@ def previous_dataset(output: str) -> list[str]:
         entries = sorted(os.listdir(folder))
     except OSError:
         return []
-    return [os.path.join(folder, e) for e in entries if e in extras or shard.match(e)]
+    found = [os.path.join(folder, e) for e in entries if e in extras or shard.match(e)]
+    for path in found:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            raise OutputExistsError(f"{path} is not a regular file (a link, device, FIFO or "
+                                    f"folder): queuekit replaces only regular files; remove "
+                                    f"it yourself or choose another output")
+    return found
 
 
 def _aside(path: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import os
 import secrets
+import stat
 
 from queuekit.errors import CorruptRecordError, DatasetError, InputNotFound
 from queuekit.records.tfrecord import check_framing, compression_of, what_it_is
@@ -33,12 +34,31 @@ def expand_files(files) -> list[str]:
             found = sorted(glob.glob(item))
             if not found:
                 raise InputNotFound(f"no files match {item}")
-        elif os.path.isfile(item):
+        elif os.path.lexists(item):
             found = [item]
         else:
             raise InputNotFound(f"TFRecord file not found: {item}")
         out.extend(found)
+    for path in out:
+        check_regular(path)
     return out
+
+
+def check_regular(path: str) -> None:
+    """Raise unless ``path`` is a regular file (through links): a FIFO would block its reader
+    forever, and a device never ends.
+
+    Raises:
+        InputNotFound: naming the path and what it is.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise InputNotFound(f"TFRecord file not found: {path} (a broken link?)") from None
+    if not stat.S_ISREG(mode):
+        kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                else "a device or socket")
+        raise InputNotFound(f"{path} is {kind}, not a regular file: not read")
 
 
 def temp_beside(final: str) -> str:

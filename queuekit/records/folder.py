@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import random
+import stat
 
 from queuekit.errors import DatasetError, InputNotFound
 from queuekit.records.images import IMAGE_EXTENSIONS
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -84,6 +88,11 @@ def scan_image_folder(root, *, shuffle: bool = False, seed: int | None = None,
                     skip("hidden")
                 elif os.path.splitext(filename)[1].lower() not in exts:
                     skip("not an image extension")
+                elif not _regular_or_unknown(os.path.join(dirpath, filename)):
+                    # A FIFO named x.jpg blocks its reader forever; a device never ends.
+                    log.warning("skipped %s: not a regular file (a FIFO, device or socket)",
+                                os.path.join(dirpath, filename))
+                    skip("not a regular file")
                 else:
                     paths.append(os.path.join(dirpath, filename))
                     labels.append(label)
@@ -126,6 +135,15 @@ def folder_from_listing(root: str, relative, *, shuffle: bool = False, seed: int
             paths.append(base + rel)
             labels.append(label)
     return _finish(root, paths, labels, classes, skipped, [], exts, shuffle, seed)
+
+
+def _regular_or_unknown(path: str) -> bool:
+    """False for a FIFO, device or socket; a file that cannot be stat'ed is the reader's to
+    report, with its reason."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return True
 
 
 def _extensions(extensions) -> frozenset[str]:

@@ -5,7 +5,10 @@ This module runs inside ``make``'s worker processes, so it must stay cheap to im
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
+import stat
 import warnings
 from typing import IO
 
@@ -41,7 +44,8 @@ def load_rgb_image(path: str | IO[bytes], size: tuple[int, int], *,
     with warnings.catch_warnings():
         warnings.simplefilter("error", Image.DecompressionBombWarning)
         try:
-            with Image.open(path) as im:
+            source = _regular(path) if isinstance(path, str) else contextlib.nullcontext(path)
+            with source as f, Image.open(f) as im:
                 w, h = im.size
                 if w * h > max_pixels:
                     raise ValueError(f"decompression bomb: {w}x{h} pixels is over the limit "
@@ -60,7 +64,7 @@ def load_rgb_image(path: str | IO[bytes], size: tuple[int, int], *,
                 return rgb
         except ValueError:
             raise
-        except Image.DecompressionBombError as e:
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
             raise ValueError(f"decompression bomb: {e}") from e
         except Image.UnidentifiedImageError as e:
             raise ValueError("not an image Pillow can read") from e
@@ -100,3 +104,21 @@ def encode(pixels, encoding: str) -> bytes:
     else:
         raise ValueError(f"encoding must be raw, jpeg or png, not {encoding!r}")
     return buf.getvalue()
+
+
+def _regular(path: str) -> IO[bytes]:
+    """``path`` opened for reading, if it is a regular file: a FIFO named ``x.jpg`` would
+    block the read forever, a device would read without end.
+
+    Raises:
+        ValueError: it is not a regular file.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO with no writer: no wait
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file (a FIFO, device or socket): not read")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise

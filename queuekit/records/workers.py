@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 
 from queuekit.records.encode import make_example
+from queuekit.records.guard import signals_deferred
 from queuekit.records.images import encode, load_rgb_image
 from queuekit.records.tfrecord import frame
 
@@ -156,10 +157,31 @@ def encoded_chunks(tasks, workers: int, spool: str,
 
     try:
         yield in_order()
+    except concurrent.futures.process.BrokenProcessPool as e:
+        raise RuntimeError(_BROKEN) from e
     finally:
-        for _, _, future in window:
-            future.cancel()
-        pool.shutdown(wait=True, cancel_futures=True)
+        with signals_deferred():  # a second Ctrl-C inside the shutdown left a hung process
+            for _, _, future in window:
+                future.cancel()
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+_BROKEN = (
+    "make's worker processes died. If this program calls write_tfrecords at its top level, "
+    "put that under `if __name__ == \"__main__\":` (each worker imports the program's main "
+    "module, as multiprocessing's spawn and forkserver do, and would run it again), or pass "
+    "workers=1")
+
+
+def check_not_bootstrapping() -> None:
+    """Raise in a worker that is importing the program's main module, which called make again.
+
+    Raises:
+        RuntimeError: saying to add the ``__main__`` guard.
+    """
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise RuntimeError(_BROKEN.replace("make's worker processes died", "this is one of "
+                                           "make's worker processes, starting"))
 
 
 def unimportable_main() -> str | None:

@@ -15,20 +15,22 @@ from tqdm import tqdm
 
 from queuekit.errors import DatasetError, ImageDecodeError, OutputExistsError
 from queuekit.records.commit import (
-    SPOOL_PREFIX,
     check_output,
     commit,
     manifest_path,
     manifest_text,
+    output_lock,
     previous_dataset,
     remove_stale,
+    spool_prefix,
 )
 from queuekit.records.encode import FORMATS, WRITE_SCHEMAS
 from queuekit.records.files import temp_beside
 from queuekit.records.folder import ImageFolder, scan_image_folder
+from queuekit.records.guard import signals_deferred
 from queuekit.records.images import MAX_PIXELS
 from queuekit.records.labels import write_labels
-from queuekit.records.workers import copy_bytes, encoded_chunks
+from queuekit.records.workers import check_not_bootstrapping, copy_bytes, encoded_chunks
 
 log = logging.getLogger(__name__)
 
@@ -108,12 +110,21 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str | No
         OutputExistsError: an output exists and ``overwrite`` is False.
         ImageDecodeError: with ``strict``, the first unreadable image.
     """
+    check_not_bootstrapping()
     height, width, encoding = check_options(image_size, encoding, schema, shards)
     workers = (os.cpu_count() or 1) if workers is None else max(1, int(workers))
     output = check_output(output)
+    with output_lock(output):  # one make per output: what it finds of it is a dead run's
+        return _write(source, output, height, width, encoding, schema, shards, workers,
+                      overwrite, strict, progress, start_method)
+
+
+def _write(source, output: str, height: int, width: int, encoding: str, schema: str,
+           shards: int, workers: int, overwrite: bool, strict: bool, progress: bool,
+           start_method: str | None) -> WriteReport:
     out_dir = os.path.dirname(output)
     finals = shard_paths(output, shards) + [labels_path(output), manifest_path(output)]
-    remove_stale(out_dir, [os.path.basename(f) for f in finals])
+    remove_stale(output, [os.path.basename(f) for f in finals])
     previous = previous_dataset(output)
     if previous and not overwrite:
         raise OutputExistsError(f"output exists: {previous[0]} (use overwrite=True / "
@@ -134,7 +145,7 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str | No
         temps = [temp_beside(final) for final in finals]
         for tmp in temps[:shards]:
             files.append(os.open(tmp, os.O_WRONLY))
-        spool = tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-", dir=out_dir)
+        spool = tempfile.mkdtemp(prefix=spool_prefix(output), dir=out_dir)
         bar = tqdm(total=len(tasks), unit="img", desc="make", disable=not progress,
                    file=sys.stderr)
         with bar, encoded_chunks(tasks, workers, spool, start_method) as chunks:
@@ -171,18 +182,20 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str | No
                                   labels=finals[shards], classes=list(folder.class_names),
                                   image_size=(height, width), encoding=encoding,
                                   schema=schema))
-        commit(list(zip(temps, finals, strict=True)), previous)  # the manifest last
-        temps = []
+        with signals_deferred():  # renames: a second signal must not cut them in half
+            commit(list(zip(temps, finals, strict=True)), previous)  # the manifest last
+            temps = []
     finally:
-        for fd in files:
-            os.close(fd)
-        if spool:
-            shutil.rmtree(spool, ignore_errors=True)
-        for tmp in temps:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+        with signals_deferred():  # after a first Ctrl-C, a second must not stop the clean-up
+            for fd in files:
+                os.close(fd)
+            if spool:
+                shutil.rmtree(spool, ignore_errors=True)
+            for tmp in temps:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
     return WriteReport(written, skipped, finals[:shards], finals[shards],
                        list(folder.class_names), size, time.monotonic() - started,
                        dict(per_class))
