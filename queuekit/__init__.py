@@ -66,6 +66,7 @@ _WHERE = {
     "InputNotFound": "queuekit.errors",
     "CorruptRecordError": "queuekit.errors",
     "ImageDecodeError": "queuekit.errors",
+    "UnreadableFolderError": "queuekit.errors",
     "OutputExistsError": "queuekit.errors",
     "OutputBusyError": "queuekit.errors",
     "MissingDependencyError": "queuekit.errors",

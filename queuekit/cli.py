@@ -196,34 +196,65 @@ def main(argv: list[str] | None = None) -> int:
     if func is None:
         parser.print_help(sys.stderr)
         return 2
+    _tolerant_output()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
     root = logging.getLogger("queuekit")
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if args.verbose else logging.INFO)
-    # Signals first: a SIGTERM during TensorFlow's import also exits 143.
-    with signals_end_the_command(), quiet_tensorflow(args.verbose):
-        from queuekit.errors import (
-            BadRecordError,
-            CorruptRecordError,
-            ImageDecodeError,
-            QueuekitError,
-        )
+    try:
+        # Signals first: a SIGTERM during TensorFlow's import also exits 143.
+        with signals_end_the_command(), quiet_tensorflow(args.verbose):
+            return _run(func, args)
+    except KeyboardInterrupt:
+        print(f"queuekit {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Terminated as e:
+        print(f"queuekit {args.command}: stopped by {signal.Signals(e.signum).name}",
+              file=sys.stderr)
+        return 128 + e.signum
+    except BrokenPipeError:
+        # The reader went away (`queuekit inspect d | head -1`): end quietly, as Unix tools
+        # do on SIGPIPE, and let nothing flush into the closed pipe at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    finally:
+        root.removeHandler(handler)
 
+
+def _run(func, args) -> int:
+    """The subcommand, with its errors turned into the documented exit codes."""
+    from queuekit.errors import (
+        BadRecordError,
+        CorruptRecordError,
+        ImageDecodeError,
+        QueuekitError,
+        UnreadableFolderError,
+    )
+
+    bad_data = (ImageDecodeError, CorruptRecordError, BadRecordError, UnreadableFolderError)
+    try:
+        return int(func(args) or 0)
+    except bad_data as e:
+        print(f"queuekit {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        raise
+    except (QueuekitError, OSError) as e:
+        print(f"queuekit {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _tolerant_output() -> None:
+    """Print any path: a file name that is not UTF-8 (kept as surrogates) goes out as its own
+    bytes on a UTF-8 stream, and as an escape on another, instead of a UnicodeEncodeError
+    after the work is done (``PYTHONIOENCODING=utf-8:strict``)."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is None or getattr(stream, "errors", "") != "strict":
+            continue
+        utf8 = (getattr(stream, "encoding", "") or "").lower().replace("-", "") == "utf8"
         try:
-            return int(func(args) or 0)
-        except (ImageDecodeError, CorruptRecordError, BadRecordError) as e:  # bad data
-            print(f"queuekit {args.command}: error: {e}", file=sys.stderr)
-            return 1
-        except (QueuekitError, OSError) as e:
-            print(f"queuekit {args.command}: error: {e}", file=sys.stderr)
-            return 2
-        except KeyboardInterrupt:
-            print(f"queuekit {args.command}: interrupted", file=sys.stderr)
-            return 130
-        except Terminated as e:
-            print(f"queuekit {args.command}: stopped by {signal.Signals(e.signum).name}",
-                  file=sys.stderr)
-            return 128 + e.signum
-        finally:
-            root.removeHandler(handler)
+            reconfigure(errors="surrogateescape" if utf8 else "backslashreplace")
+        except (ValueError, OSError):
+            pass

@@ -21,6 +21,7 @@ __all__ = [
     "InputNotFound",
     "CorruptRecordError",
     "ImageDecodeError",
+    "UnreadableFolderError",
     "OutputExistsError",
     "OutputBusyError",
     "ClusterError",
@@ -119,6 +120,11 @@ class CorruptRecordError(QueuekitError, tf.errors.DataLossError):
 
 class ImageDecodeError(QueuekitError, ValueError):
     """An image file cannot be read or decoded (names the file and why)."""
+
+
+class UnreadableFolderError(DatasetError):
+    """A folder of the input cannot be listed and ``strict`` was given: its images would be
+    missing (names the folder and why)."""
 
 
 class OutputExistsError(QueuekitError, FileExistsError):

@@ -97,7 +97,9 @@ def test_bench_on_bad_files_exits_non_zero(tmp_path, capsys, content):
             w.write(b"\xff\xfe not an Example")
     else:
         path.write_bytes(content)
-    assert main(["bench", str(path), "--compare", "none", "--quiet"]) in (1, 2)
+    # Bad data exits 1 (corrupt framing, records that are not Examples); no records at all 2.
+    assert main(["bench", str(path), "--compare", "none", "--quiet"]) == (
+        2 if content == b"" else 1)
     assert str(path) in capsys.readouterr().err
 
 
@@ -165,3 +167,68 @@ def test_a_double_dash_outside_make_runner_keeps_its_argparse_meaning(tmp_path, 
     assert main(["inspect", "--", missing]) == 2
     err = capsys.readouterr().err
     assert missing in err and "Beam" not in err
+
+
+def _cli(*args, env=None, **kw):
+    import subprocess
+    import sys
+
+    from tests.helpers import default_signals
+
+    return subprocess.Popen([sys.executable, "-m", "queuekit", *args], preexec_fn=default_signals,
+                            env={**os.environ, **(env or {})}, **kw)
+
+
+def test_a_name_that_is_not_utf8_prints_on_a_strict_utf8_stdout(tmp_path):
+    """PYTHONIOENCODING=utf-8:strict, output d\xff.tfrecords: make and inspect exit 0 and print
+    the name's own bytes (it was: committed, then a UnicodeEncodeError and exit 1)."""
+    import subprocess
+
+    from tests.imagefactory import make_mixed_folder
+
+    make_mixed_folder(tmp_path / "src")
+    out = os.path.join(os.fsencode(tmp_path), b"d\xff.tfrecords")
+    strict = {"PYTHONIOENCODING": "utf-8:strict"}
+    make = _cli("make", str(tmp_path / "src"), os.fsdecode(out), "--size", "8", "--quiet",
+                env=strict, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stdout, stderr = make.communicate(timeout=120)
+    assert make.returncode == 0, stderr[-2000:]
+    assert stdout.strip() == out
+    inspect = _cli("inspect", os.fsdecode(out), env=strict, stdout=subprocess.PIPE,
+                   stderr=subprocess.PIPE)
+    stdout, stderr = inspect.communicate(timeout=120)
+    assert inspect.returncode == 0, stderr[-2000:]
+    assert out in stdout
+
+
+def test_a_closed_pipe_ends_inspect_quietly(tmp_path):
+    """`queuekit inspect f | head -1`: the reader gone, inspect exits 141 with nothing on stderr."""
+    import subprocess
+
+    path = _write(tmp_path / "a.tfrecords", range(5))
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before inspect writes a line
+    proc = _cli("inspect", path, stdout=write, stderr=subprocess.PIPE)
+    os.close(write)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGPIPE
+    assert b"Broken pipe" not in stderr and b"Traceback" not in stderr
+
+
+def test_sigterm_while_tensorflow_imports_exits_143(tmp_path):
+    """A SIGTERM that lands during TensorFlow's import ends the command with 143, no traceback."""
+    path = _write(tmp_path / "a.tfrecords", range(5))
+    code = (
+        "import builtins, os, signal, sys\n"
+        "real = builtins.__import__\n"
+        "def hook(name, *a, **k):\n"
+        "    if name == 'tensorflow' and 'tensorflow' not in sys.modules:\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)  # delivered inside the import\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = hook\n"
+        "from queuekit.cli import main\n"
+        "sys.exit(main(['inspect', sys.argv[1]]))\n")
+    child = run_script(code, path)
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 143, err[-2000:]
+    assert "Traceback" not in err and "stopped by SIGTERM" in err

@@ -347,3 +347,72 @@ def test_a_second_export_to_a_folder_being_written_fails_clearly(tmp_path):
     assert os.listdir(out) == [".queuekit-export.lock"]
     qk.export_images(rec, out, progress=False)  # the lock released: it goes through
     assert sorted(os.listdir(out)) == [".queuekit-export.json", "classes.json", "x"]
+
+
+def test_a_fifo_among_the_inputs_is_refused_by_name(tmp_path, capsys):
+    """A glob or a path naming a FIFO: inspect, export and tfrecord_batches fail at once, naming
+    it as a FIFO (it was: a hang, or "file not found" for a file that exists)."""
+    good = _labelled(tmp_path / "a.tfrecords", ["x"])
+    fifo = tmp_path / "b.tfrecords"
+    os.mkfifo(fifo)
+    assert main(["inspect", str(fifo)]) == 2
+    assert f"{fifo} is a FIFO, not a regular file" in capsys.readouterr().err
+    glob = str(tmp_path / "*.tfrecords")
+    with pytest.raises(qk.InputNotFound, match="b.tfrecords is a FIFO"):
+        qk.inspect_tfrecords(glob)
+    with pytest.raises(qk.InputNotFound, match="b.tfrecords is a FIFO"):
+        qk.export_images([good, str(fifo)], tmp_path / "out", progress=False)
+    with tf.Graph().as_default(), pytest.raises(qk.InputNotFound, match="is a FIFO"):
+        qk.tfrecord_batches(glob, batch_size=1, num_epochs=1)
+    assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []
+
+
+def _huge_gzip_record(path, size):
+    """A GZIP TFRecord file holding one record of ``size`` zero bytes, written in pieces."""
+    import gzip
+    import struct
+
+    import google_crc32c
+
+    def mask(crc):
+        return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+    length = struct.pack("<Q", size)
+    crc, block = 0, bytes(1 << 20)
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        f.write(length + struct.pack("<I", mask(google_crc32c.value(length))))
+        for _ in range(size >> 20):
+            f.write(block)
+            crc = google_crc32c.extend(crc, block)
+        f.write(struct.pack("<I", mask(crc)))
+
+
+def test_inspect_of_a_huge_record_keeps_memory_bounded(tmp_path):
+    """One 256 MiB record: inspect checks its CRC and reports it unparsed, holding a few MiB of
+    it at a time (it held two copies and more, and died under a memory limit)."""
+    import tracemalloc
+
+    path = str(tmp_path / "huge.tfrecords")
+    _huge_gzip_record(path, 256 << 20)
+    tracemalloc.start()
+    try:
+        report = qk.inspect_tfrecords(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert report.records == 1 and report.corrupt == []
+    assert any("not parsed" in shape for shape in report.shapes)
+    assert peak < 64 << 20, f"peak {peak >> 20} MiB"
+
+
+def test_a_huge_record_with_a_bad_crc_is_still_found(tmp_path):
+    """The streamed CRC check of a record too large to keep still reports a bad data CRC."""
+    import gzip
+
+    path = str(tmp_path / "huge.tfrecords")
+    _huge_gzip_record(path, 80 << 20)
+    data = bytearray(gzip.decompress(open(path, "rb").read()))
+    data[1000] ^= 1
+    open(path, "wb").write(gzip.compress(bytes(data), compresslevel=1))
+    report = qk.inspect_tfrecords(path)
+    assert [c.reason for _, c in report.corrupt] == ["bad data CRC"]

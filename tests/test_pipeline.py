@@ -1,6 +1,7 @@
 """Builders on real files: exactly-once delivery, formats, shapes, errors, MonitoredSession."""
 
 import itertools
+import os
 
 import numpy as np
 import pytest
@@ -322,3 +323,20 @@ def test_one_record_per_read_unless_auto_may_choose(tmp_path, how):
         b = qk.tfrecord_batches(path, **kw)
         assert records_per_read(qs.graph) == set()
         assert _ids(qs.iterate(b)) == list(range(20))
+
+
+def test_image_folder_batches_reads_a_class_name_that_is_not_utf8(tmp_path):
+    """A class folder named with Latin-1 bytes reads, its file names' bytes intact (it was a
+    UnicodeEncodeError naming no path)."""
+    from PIL import Image
+
+    from tests.imagefactory import rgb
+
+    root = os.fsencode(tmp_path / "src")
+    for cls in (b"caf\xe9", b"plain"):
+        os.makedirs(os.path.join(root, cls))
+        Image.fromarray(rgb(10, 10)).save(os.fsdecode(os.path.join(root, cls, b"a.png")))
+    with qk.QueueSession() as qs:
+        got = list(qs.iterate(qk.image_folder_batches(os.fsdecode(root), image_size=8,
+                                                      batch_size=2, num_epochs=1)))
+    assert sorted(f for x in got for f in x["filename"]) == [b"caf\xe9/a.png", b"plain/a.png"]

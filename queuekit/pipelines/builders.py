@@ -233,7 +233,9 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
     capacity = capacity_for(capacity, batch_size, h * w * 3)
     with quiet_deprecations(), worker_inputs(), tf.name_scope(name or "image_folder_batches"):
         path, label = _v1.train.slice_input_producer(
-            [tf.constant(folder.paths), tf.constant(folder.labels, tf.int32)],
+            # As bytes: a name that is not UTF-8 is kept, not a UnicodeEncodeError.
+            [tf.constant([os.fsencode(p) for p in folder.paths]),
+             tf.constant(folder.labels, tf.int32)],
             num_epochs=num_epochs, shuffle=shuffle, seed=seed)
         contents = tf.io.read_file(path)
         # decode_image's own error does not say which file; check the magic bytes first.

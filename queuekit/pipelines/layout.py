@@ -17,7 +17,7 @@ import logging
 import tensorflow as tf
 from PIL import Image
 
-from queuekit.errors import DatasetError
+from queuekit.errors import BadRecordError, DatasetError
 from queuekit.pipelines.decode import DecodeOptions, check_raw, check_raw_many, decode_encoded
 from queuekit.records.example import first_value, record_shape
 from queuekit.records.schema import QUEUEKIT, RecordSchema, detect, how_to_declare, resolve
@@ -73,7 +73,7 @@ def first_example(files):
             try:
                 return path, tf.train.Example.FromString(item.data).features.feature
             except Exception as e:  # noqa: BLE001 - protobuf's DecodeError, and others
-                raise DatasetError(f"{path}: record 0 is not a tf.train.Example ({e})") from e
+                raise BadRecordError(f"{path}: record 0 is not a tf.train.Example ({e})") from e
     hints = [f"{p} looks {what}" for p in files if (what := what_it_is(p))]
     raise DatasetError(f"no records in {', '.join(files)}"
                        + (f" ({'; '.join(hints)})" if hints else ""))
@@ -99,12 +99,12 @@ def record_layout(files, image_shape=None, schema="auto",
     if chosen is None:
         chosen = detect(feats)
         if chosen is None:
-            raise DatasetError(f"{path}: record 0 is not a layout queuekit knows "
+            raise BadRecordError(f"{path}: record 0 is not a layout queuekit knows "
                                f"({how_to_declare(feats)})")
         log.info("%s: read with the %s, detected from record 0; pass schema= to choose "
                  "another", path, chosen.describe())
     if chosen.image not in feats:
-        raise DatasetError(f"{path}: record 0 has no {chosen.image!r} feature for the "
+        raise BadRecordError(f"{path}: record 0 has no {chosen.image!r} feature for the "
                            f"{chosen.describe()} ({how_to_declare(feats)})")
     if chosen.label is not None and chosen.label not in feats:
         log.info("%s: record 0 has no %r label feature: the batches have no 'label' "
@@ -140,7 +140,7 @@ def _encoded_shape(path, feats, schema):
         with Image.open(io.BytesIO(first_value(feats, schema.image))) as im:
             return (im.height, im.width, channels)
     except Exception as e:  # noqa: BLE001 - Pillow's many errors: not an image
-        raise DatasetError(f"{path}: record 0's {schema.image!r} is not an image Pillow "
+        raise BadRecordError(f"{path}: record 0's {schema.image!r} is not an image Pillow "
                            f"reads ({e})") from e
 
 

@@ -15,6 +15,8 @@ from queuekit.records.schema import detect, normalise_format
 from queuekit.records.tfrecord import Corruption, compression_of, scan_records
 
 _NOT_EXAMPLE = "not a tf.train.Example"
+MAX_PARSED = 64 << 20  # larger records are CRC-checked as they stream by, not parsed
+_TOO_LARGE = f"over {MAX_PARSED >> 20} MiB: CRC checked, not parsed"
 
 
 def printable(text: str) -> str:
@@ -104,11 +106,14 @@ def inspect_tfrecords(paths) -> InspectReport:
     reports = []
     for path in files:
         n, bad = 0, []
-        for item in scan_records(path):
+        for item in scan_records(path, max_data=MAX_PARSED):
             if isinstance(item, Corruption):
                 bad.append(item)
                 continue
             n += 1
+            if item.length > MAX_PARSED:
+                shapes[_TOO_LARGE] += 1  # checked, not parsed: memory stays bounded
+                continue
             _tally(item.data, features, shapes, labels, schemas)
         reports.append(FileReport(path, n, os.path.getsize(path), bad, compression_of(path)))
     for d in features.values():

@@ -24,15 +24,21 @@ import google_crc32c
 
 
 def _masked_crc(data: bytes) -> int:
-    crc = google_crc32c.value(data)
+    return _mask(google_crc32c.value(data))
+
+
+def _mask(crc: int) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 @dataclasses.dataclass(frozen=True)
 class Record:
+    """One record; ``data`` is empty when the scan did not keep it (``length`` says its size)."""
+
     index: int
     offset: int
     data: bytes
+    length: int = -1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,26 +103,30 @@ def open_records(path: str):
 _STREAM_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
 
 
-def scan_records(path: str, *, data: bool = True) -> Iterator[Record | Corruption]:
+def scan_records(path: str, *, data: bool = True,
+                 max_data: int | None = None) -> Iterator[Record | Corruption]:
     """Yield each record of ``path``, or a :class:`Corruption` where one is bad.
 
     A record whose data CRC is wrong is reported and skipped (its length is
     trustworthy); after a bad length CRC, a truncation or broken compression
     nothing more can be read, so the scan ends there. ``data=False`` checks
-    the framing only (records are yielded with empty data).
+    the framing only (records are yielded with empty data). A record over
+    ``max_data`` bytes has its CRC checked as it streams by and is yielded
+    with empty data: memory stays bounded whatever a record's size.
     """
     stream, raw = open_records(path)
     with raw:
-        yield from scan_stream(stream, data=data)
+        yield from scan_stream(stream, data=data, max_data=max_data)
 
 
-def scan_stream(stream, *, data: bool = True) -> Iterator[Record | Corruption]:
+def scan_stream(stream, *, data: bool = True,
+                max_data: int | None = None) -> Iterator[Record | Corruption]:
     """:func:`scan_records` of a binary stream already open (and decompressed): a Beam file."""
     index = 0
     while True:
         offset = stream.tell()
         try:
-            item = _next_record(stream, index, offset, data)
+            item = _next_record(stream, index, offset, data, max_data)
         except _STREAM_ERRORS as e:
             yield Corruption(index, offset, f"broken compressed stream ({e})")
             return
@@ -128,7 +138,8 @@ def scan_stream(stream, *, data: bool = True) -> Iterator[Record | Corruption]:
         index += 1
 
 
-def _next_record(f, index: int, offset: int, check_data: bool) -> Record | Corruption | None:
+def _next_record(f, index: int, offset: int, check_data: bool,
+                 max_data: int | None = None) -> Record | Corruption | None:
     header = f.read(12)
     if not header:
         return None
@@ -138,24 +149,27 @@ def _next_record(f, index: int, offset: int, check_data: bool) -> Record | Corru
     if _masked_crc(length_bytes) != length_crc:
         return Corruption(index, offset, "bad length CRC")
     (length,) = struct.unpack("<Q", length_bytes)
-    got = 0
+    keep = check_data and (max_data is None or length <= max_data)
+    got = crc = 0
     parts = []
     while got < length:  # in pieces: a corrupt length must not allocate it all at once
         part = f.read(min(length - got, 1 << 24))
         if not part:
             break
         got += len(part)
-        if check_data:
+        if keep:
             parts.append(part)
+        elif check_data:
+            crc = google_crc32c.extend(crc, part)
     footer = f.read(4)
     if got < length or len(footer) < 4:
         return Corruption(index, offset, f"truncated: record of {length} bytes cut at {got}")
     if not check_data:
-        return Record(index, offset, b"")
+        return Record(index, offset, b"", length)
     data = b"".join(parts)
-    if _masked_crc(data) != struct.unpack("<I", footer)[0]:
+    if (_masked_crc(data) if keep else _mask(crc)) != struct.unpack("<I", footer)[0]:
         return Corruption(index, offset, "bad data CRC")
-    return Record(index, offset, data)
+    return Record(index, offset, data, length)
 
 
 def frame(data: bytes) -> bytes:

@@ -13,7 +13,12 @@ import time
 
 from tqdm import tqdm
 
-from queuekit.errors import DatasetError, ImageDecodeError, OutputExistsError
+from queuekit.errors import (
+    DatasetError,
+    ImageDecodeError,
+    OutputExistsError,
+    UnreadableFolderError,
+)
 from queuekit.records.commit import (
     check_output,
     commit,
@@ -227,8 +232,8 @@ def check_listing(folder: ImageFolder, strict: bool) -> None:
     """Warn of the folders that could not be listed, or (``strict``) fail on the first."""
     for path, reason in folder.unreadable:
         if strict:
-            raise DatasetError(f"{path}: cannot list this folder ({reason}); its images "
-                               f"would be missing")
+            raise UnreadableFolderError(f"{path}: cannot list this folder ({reason}); its "
+                                        f"images would be missing")
         log.warning("cannot list %s (%s): its images are not written", path, reason)
 
 
