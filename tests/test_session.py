@@ -435,3 +435,40 @@ def test_a_hand_built_pipeline_over_a_file_cut_in_a_header_fails_at_start(tmp_pa
         with qk.QueueSession() as qs:
             qs.run(id_reader_batch([path], batch_size=4))
     assert (info.value.path, info.value.index, info.value.offset) == (path, 10, size)
+
+
+def _eval_loop(qs, fetch):
+    """The loop of TF's cifar10_eval.py / inception_eval.py (num_iter steps), with qs for sess
+    and coord; returns what it caught."""
+    try:
+        for _ in range(1000):
+            qs.run(fetch)
+    except Exception as e:  # noqa: BLE001 - the legacy loop's own words
+        qs.request_stop(e)
+        return e
+    return None
+
+
+def test_an_error_handed_back_to_request_stop_is_raised_at_close(tmp_path):
+    """A corrupt record caught by an eval loop and given to request_stop(e) fails the `with`,
+    with the file named, as Coordinator.join raises it (it was: precision printed, exit 0)."""
+    path = write_id_records(tmp_path / "a.tfrecords", 40)
+    data = bytearray(open(path, "rb").read())
+    data[len(data) // 40 * 20 + 20] ^= 0xFF  # inside record 20's data: a bad data CRC
+    open(path, "wb").write(bytes(data))
+    caught = []
+    with pytest.raises(tf.errors.DataLossError) as info:
+        with qk.QueueSession() as qs:
+            caught.append(_eval_loop(qs, id_reader_batch([path], batch_size=1)))
+    assert caught[0] is info.value  # a run raised it, the loop handed it back, close re-raised
+    assert "a.tfrecords" in str(info.value) + "".join(getattr(info.value, "__notes__", []))
+
+
+def test_a_stall_handed_back_to_request_stop_is_raised_at_close():
+    """A stalled eval input caught by the loop and given to request_stop fails the `with`."""
+    with pytest.raises(qk.PipelineStalled):
+        with qk.QueueSession(stall_timeout_secs=0.3) as qs:
+            nobody = tf.queue.FIFOQueue(4, tf.int64, name="nobody_feeds_me")
+            q = tf.queue.FIFOQueue(4, tf.int64, name="fed")
+            v1.train.add_queue_runner(v1.train.QueueRunner(q, [q.enqueue(nobody.dequeue())]))
+            assert isinstance(_eval_loop(qs, q.dequeue()), qk.PipelineStalled)

@@ -27,6 +27,10 @@ class RunPolicy:
         self.state = state
         self.ended = False  # EndOfData (or Ctrl-C) ended the input
         self._error_reported = False  # the runner error reached the caller once
+        # What the caller handed to request_stop(exc): raised at close as Coordinator.join
+        # raises it, also when it is the runner error a run raised before (an eval loop's
+        # `except Exception as e: coord.request_stop(e)` must not end in exit 0).
+        self.requested: BaseException | None = None
         self._coord = None
         self._runners = None
         self._signals = None
@@ -70,6 +74,8 @@ class RunPolicy:
         error = self.pending_error()
         if error is not None:
             self._error_reported = True
+            if error is self.requested:
+                self.requested = None  # handed back, and raised by this run: it reached the caller
             raise error from cause
         if self.state.stall is not None:
             self._error_reported = True
@@ -109,6 +115,8 @@ class RunPolicy:
         error = None if self._error_reported else self.pending_error()
         if error is None and not self._error_reported and self.state.stall is not None:
             error = self.state.stall  # the run the watch woke ended well: say why it stopped
+        if error is None:
+            error = self.requested
         if body_failed:
             if error is not None:
                 log.warning("while the body failed, the pipeline failed too: %r", error)

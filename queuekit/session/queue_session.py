@@ -199,7 +199,14 @@ class QueueSession(SessionInterface):
                 or (self._threads is not None and self._threads.coord.should_stop()))
 
     def request_stop(self, exc: BaseException | None = None) -> None:
-        """Ask the runner threads to stop; ``exc`` is re-raised by the next run or on exit."""
+        """Ask the runner threads to stop; ``exc`` is re-raised by the next run or on exit.
+
+        As ``Coordinator.request_stop(ex)`` then ``join()``: an exception the loop
+        caught and handed back here (even one a run raised, with queuekit's note on
+        the file and record) is raised when the session closes, so the program
+        fails as the original did."""
+        if exc is not None and self._policy.requested is None:
+            self._policy.requested = exc
         self._ensure_started()
         # A tuple, because the Coordinator otherwise reads sys.exc_info(), which is
         # only right inside the except block that caught exc.
