@@ -472,3 +472,21 @@ def test_a_stall_handed_back_to_request_stop_is_raised_at_close():
             q = tf.queue.FIFOQueue(4, tf.int64, name="fed")
             v1.train.add_queue_runner(v1.train.QueueRunner(q, [q.enqueue(nobody.dequeue())]))
             assert isinstance(_eval_loop(qs, q.dequeue()), qk.PipelineStalled)
+
+
+def test_a_dropped_final_partial_batch_is_reported(caplog):
+    """A batch without allow_smaller_final_batch ends with 3 of 10 elements undelivered: a
+    warning names the queue, the count, and how to keep them; a full last batch warns nothing."""
+    for n, left in ((10, 3), (14, 0)):
+        caplog.clear()
+        with tf.Graph().as_default(), qk.QueueSession() as qs:
+            x = v1.train.range_input_producer(n, num_epochs=1, shuffle=False).dequeue()
+            batch = v1.train.batch([x], batch_size=7, allow_smaller_final_batch=False)
+            got = [v for b in qs.iterate(batch) for v in b]
+        assert len(got) == n - left
+        said = [r.getMessage() for r in caplog.records if "not delivered" in r.getMessage()]
+        if left:
+            assert len(said) == 1 and "closed with 3 elements" in said[0]
+            assert "batch/fifo_queue" in said[0] and "allow_smaller_final_batch" in said[0]
+        else:
+            assert said == []

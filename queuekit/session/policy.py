@@ -10,6 +10,7 @@ is never turned into an ordinary end of data.
 from __future__ import annotations
 
 import logging
+import re
 import warnings
 
 import tensorflow as tf
@@ -51,6 +52,7 @@ class RunPolicy:
             self.raise_pending(e)
             if isinstance(e, tf.errors.OutOfRangeError):
                 self.ended = True
+                _warn_dropped(e)
                 raise EndOfData(f"input exhausted: {_reason(e.message)}") from e
             raise
         except BaseException as e:
@@ -136,6 +138,37 @@ class PartialRun:
 
     def run(self, fetches, feed_dict, options, run_metadata):
         return self._sess.partial_run(self._handle, fetches, feed_dict)
+
+
+_LEFT = re.compile(r"(\w+) '([^']+)' is closed and has insufficient elements "
+                   r"\(requested (\d+), current size (\d+)\)")
+
+
+def _warn_dropped(error: tf.errors.OutOfRangeError) -> None:
+    """Say so when the end of the input left elements no batch will deliver.
+
+    A batch without ``allow_smaller_final_batch`` (and every ``dequeue_many``)
+    needs a full batch: TensorFlow ends the input with the rest undelivered,
+    and says so only in the error's text ("requested" is what the dequeue still
+    lacked, after taking what was there)."""
+    match = _LEFT.search(error.message or "")
+    if match is None:
+        return
+    kind, queue, lacking, queued = match.groups()
+    wanted = None
+    try:
+        if error.op is not None and error.op.type.startswith("QueueDequeue"):
+            wanted = tf.get_static_value(error.op.inputs[1])
+    except (IndexError, ValueError, TypeError):
+        pass
+    taken = int(wanted) - int(lacking) if wanted is not None else 0
+    left = taken + int(queued)
+    if left <= 0:
+        return
+    log.warning("end of data: %s %r closed with %d elements that a dequeue of %s could not "
+                "fill: they were not delivered. To keep them, build the batch with "
+                "allow_smaller_final_batch=True (the last batch is then smaller).",
+                kind, queue, left, wanted if wanted is not None else "more")
 
 
 def _reason(message: str | None) -> str:
