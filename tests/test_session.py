@@ -490,3 +490,51 @@ def test_a_dropped_final_partial_batch_is_reported(caplog):
             assert "batch/fifo_queue" in said[0] and "allow_smaller_final_batch" in said[0]
         else:
             assert said == []
+
+
+@pytest.mark.parametrize("change", ["cut inside a header", "partial header appended",
+                                    "cut at a record boundary"])
+def test_a_file_changed_while_the_readers_read_it_is_an_error(tmp_path, change):
+    """The second file cut or grown after the session started (the check at start passed):
+    the end of the input is an error naming it, not a quiet short epoch (it was 79/80)."""
+    first = write_id_records(tmp_path / "a.tfrecords", 40)
+    second = write_id_records(tmp_path / "b.tfrecords", 40, start=40)
+    data = open(second, "rb").read()
+    record = len(data) // 40
+    with pytest.raises(qk.DatasetError, match="b.tfrecords changed while the pipeline read it"):
+        with qk.QueueSession() as qs:
+            fq = v1.train.string_input_producer([first, second], num_epochs=1, shuffle=False)
+            _, ser = v1.TFRecordReader().read(fq)
+            ids = tf.io.parse_single_example(ser, {"id": tf.io.FixedLenFeature([], tf.int64)})
+            batch = v1.train.batch([ids["id"]], batch_size=4, capacity=4,
+                                   allow_smaller_final_batch=True)
+            got = list(qs.run(batch))  # started: the reader is in a.tfrecords, far from b
+            if change == "cut inside a header":
+                os.truncate(second, len(data) - record + 5)
+            elif change == "partial header appended":
+                open(second, "ab").write(b"\x07" * 5)
+            else:
+                os.truncate(second, len(data) - record)
+            for values in qs.iterate(batch):
+                got += list(values)
+    assert got[:4] == [0, 1, 2, 3]
+
+
+def test_a_hand_built_fixed_length_reader_of_a_cut_file_fails_at_start(tmp_path):
+    """ResNet's cifar_input.py graph (FixedLengthRecordReader) over a file cut mid-record:
+    the session fails naming the file, instead of dropping the tail."""
+    path = tmp_path / "data_batch_1.bin"
+    path.write_bytes(bytes(range(256)) * 12 * 10 + b"\x01" * 100)  # 10 records + 100 bytes
+    with pytest.raises(qk.CorruptRecordError, match="data_batch_1.bin") as info:
+        with qk.QueueSession() as qs:
+            fq = v1.train.string_input_producer([str(path)], num_epochs=1)
+            _, value = v1.FixedLengthRecordReader(record_bytes=3072).read(fq)
+            qs.run(tf.io.decode_raw(value, tf.uint8))
+    assert info.value.index == 10
+
+
+def test_tfrecord_batches_with_a_parse_fn_refuses_files_without_records(tmp_path):
+    """An empty file is "no records", as with schema="auto", not a 0-record epoch."""
+    (tmp_path / "empty.tfrecords").write_bytes(b"")
+    with tf.Graph().as_default(), pytest.raises(qk.DatasetError, match="no records"):
+        qk.tfrecord_batches(str(tmp_path / "empty.tfrecords"), parse_fn=lambda s: {"s": s})

@@ -42,6 +42,7 @@ from queuekit.pipelines.distributed import (
 from queuekit.pipelines.layout import parse_records, record_layout
 from queuekit.records.files import check_files, compression_of_all, expand_files
 from queuekit.records.folder import ImageFolder, scan_image_folder
+from queuekit.records.tfrecord import first_record
 
 __all__ = ["image_folder_batches", "normalized", "quiet_deprecations", "tfrecord_batches"]
 
@@ -166,6 +167,8 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
     if parse_fn is not None:
         if schema != "auto":
             raise ValueError("give schema or parse_fn, not both")
+        if not any(first_record(path) for path in files):  # as a schema's look at record 0
+            raise DatasetError(f"no records in {', '.join(files)}")
 
         def parse(serialized, _keys):
             return parse_fn(serialized)

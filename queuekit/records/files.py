@@ -109,6 +109,52 @@ def check_files(files) -> None:
         _CHECKED.add(key)
 
 
+def check_sizes(files, record_bytes: int, header_bytes: int, footer_bytes: int) -> int:
+    """The number of records in ``files``; a file of any other size is a CorruptRecordError."""
+    total = 0
+    for path in files:
+        size = os.path.getsize(path)
+        body = size - header_bytes - footer_bytes
+        count, tail = divmod(max(body, 0), record_bytes)
+        if body < 0 or tail:
+            hint = " (it looks like TFRecords: use tfrecord_batches)" if _is_tfrecord(path) else ""
+            raise CorruptRecordError(
+                path, count, header_bytes + count * record_bytes,
+                f"{size} bytes is not a {header_bytes}-byte header + k x {record_bytes}-byte "
+                f"records + a {footer_bytes}-byte footer ({tail or size} bytes left over"
+                f" after {count} whole records); a cut or wrong file{hint}")
+        total += count
+    return total
+
+
+def _is_tfrecord(path: str) -> bool:
+    return check_framing(path) is None and os.path.getsize(path) > 0
+
+
+def sizes(files) -> dict[str, int]:
+    """The size of each file now: what :func:`resized` compares with later."""
+    out = {}
+    for path in files:
+        try:
+            out[path] = os.path.getsize(path)
+        except OSError:
+            continue
+    return out
+
+
+def resized(before: dict[str, int]) -> list[tuple[str, int, int]]:
+    """(path, size then, size now; -1 if gone) of each file of ``before`` whose size changed."""
+    out = []
+    for path, size in before.items():
+        try:
+            now = os.path.getsize(path)
+        except OSError:
+            now = -1
+        if now != size:
+            out.append((path, size, now))
+    return out
+
+
 def compression_of_all(files) -> str:
     """The one compression (``""``, ``"GZIP"``, ``"ZLIB"``) of ``files``; one reader reads them all.
 

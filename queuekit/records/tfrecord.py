@@ -18,7 +18,7 @@ import gzip
 import os
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import google_crc32c
 
@@ -104,7 +104,7 @@ _STREAM_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
 
 
 def scan_records(path: str, *, data: bool = True,
-                 max_data: int | None = None) -> Iterator[Record | Corruption]:
+                 max_data: int | None = None) -> Generator[Record | Corruption, None, None]:
     """Yield each record of ``path``, or a :class:`Corruption` where one is bad.
 
     A record whose data CRC is wrong is reported and skipped (its length is
@@ -219,6 +219,16 @@ def record_at(path: str, offset: int) -> tuple[int, Record | Corruption] | None:
                 return index, Record(index, pos, data)
             pos, index = end, index + 1
     return None
+
+
+def first_record(path: str) -> Record | Corruption | None:
+    """What the start of ``path`` holds: its first record (framing only), a corruption, or
+    None for a file without records (an empty one, or an empty compressed stream)."""
+    scan = scan_records(path, data=False)
+    try:
+        return next(scan, None)
+    finally:
+        scan.close()  # closes the file now, not when the generator is collected
 
 
 def has_records(path: str) -> bool:

@@ -89,6 +89,21 @@ def tfrecord_files(graph: tf.Graph) -> list[str]:
     return list(dict.fromkeys(files))
 
 
+def fixed_length_inputs(graph: tf.Graph) -> list[tuple[list[str], int, int, int]]:
+    """(files, record, header and footer bytes) of every uncompressed, non-overlapping
+    ``FixedLengthRecordReader`` of the graph (CIFAR's binaries, hand-built or not)."""
+    out = []
+    for op in graph.get_operations():
+        if op.type not in READER_OPS:
+            continue
+        reader = queue_op(op.inputs[0])
+        if (reader.type == "FixedLengthRecordReaderV2" and not reader.get_attr("encoding")
+                and not reader.get_attr("hop_bytes")):
+            out.append((reader_files(graph, [op]), reader.get_attr("record_bytes"),
+                        reader.get_attr("header_bytes"), reader.get_attr("footer_bytes")))
+    return out
+
+
 def corrupt_file_note(graph: tf.Graph, op: tf.Operation, error: tf.errors.OpError) -> str | None:
     """A note naming the file, record index and byte offset of a ``DataLossError``.
 

@@ -9,9 +9,9 @@ from typing import Any
 import tensorflow as tf
 
 from queuekit.cluster.tasks import task_of
-from queuekit.errors import EndOfData
-from queuekit.records.files import check_files
-from queuekit.session.diagnose import tfrecord_files
+from queuekit.errors import DatasetError, EndOfData
+from queuekit.records.files import check_files, check_sizes, resized, sizes
+from queuekit.session.diagnose import fixed_length_inputs, tfrecord_files
 from queuekit.session.hooked_run import run_with_hooks
 from queuekit.session.policy import PartialRun, RunPolicy
 from queuekit.session.queue_ops import queue_ops
@@ -119,6 +119,7 @@ class QueueSession(SessionInterface):
         self._threads: SessionThreads | None = None
         self._init = Initializer(self._graph, checkpoint_dir, chief=is_chief)
         self._reads = ReadsCache(self._graph)
+        self._input_sizes: dict[str, int] = {}  # at start: a file cut or grown under a reader
         self._graph_ctx: Any = None
         self._closed = False
         self._hook_stop = False  # a hook's run_context.request_stop()
@@ -243,8 +244,12 @@ class QueueSession(SessionInterface):
         reads = self._reads(fetches)
         assert self._threads is not None  # started by the caller
         extra = self._threads.work_fetches(reads)  # a work queue's files: done once consumed
-        result = self._policy.run(self._sess, (fetches, extra), feed_dict, options,
-                                  run_metadata, reads=reads)
+        try:
+            result = self._policy.run(self._sess, (fetches, extra), feed_dict, options,
+                                      run_metadata, reads=reads)
+        except EndOfData as end:
+            self._check_unchanged(end)
+            raise
         self._threads.consumed(result[1])
         return result[0]
 
@@ -283,7 +288,7 @@ class QueueSession(SessionInterface):
             if self._threads.has_new_runners():  # runners added after the first run
                 if self._initialize:
                     self._init.uninitialized(self._sess)
-                check_files(tfrecord_files(self._graph))
+                self._check_inputs()
                 self._threads.start_new_runners()
             return
         # The order of MonitoredSession: hooks' begin, (the creator finalizes the graph),
@@ -298,7 +303,7 @@ class QueueSession(SessionInterface):
             sess = self.session
             if self._initialize and self._creator is None:
                 self._init.first(sess)
-            check_files(tfrecord_files(self._graph))  # a cut file: no silent short epoch
+            self._check_inputs()
         self._threads = SessionThreads(
             self._graph, sess, self._state, self._stall_timeout, self._grace,
             task=self._task.device if self._task else self._target, chief=self._init.chief)
@@ -306,6 +311,32 @@ class QueueSession(SessionInterface):
         self._threads.start_new_runners()
         for hook in self._hooks:
             hook.after_create_session(sess, self._threads.coord)
+
+    def _check_inputs(self) -> None:
+        """Walk the framing of every TFRecord file and check the size of every fixed-length
+        file the graph's readers read, and note their sizes.
+
+        TensorFlow's readers end a file quietly at a record cut short, so a cut
+        file would be a short epoch; and the check at start cannot see a file cut
+        or grown while the readers read it: :meth:`_check_unchanged` does, at the end.
+        """
+        files = tfrecord_files(self._graph)
+        check_files(files)
+        for paths, record_bytes, header_bytes, footer_bytes in fixed_length_inputs(self._graph):
+            check_sizes(paths, record_bytes, header_bytes, footer_bytes)
+            files += paths
+        self._input_sizes.update(sizes(f for f in files if f not in self._input_sizes))
+
+    def _check_unchanged(self, end: EndOfData) -> None:
+        """At the end of the input: raise if a file changed size while it was read."""
+        changed = resized(self._input_sizes)
+        if changed:
+            path, before, now = changed[0]
+            raise DatasetError(
+                f"{path} changed while the pipeline read it ({before} bytes at the start, "
+                + ("gone now" if now < 0 else f"{now} now")
+                + "): the epoch did not read it as it is; the input ended early or late"
+            ) from end
 
     # -- stopping ------------------------------------------------------------
     def _close(self, *, body_failed: bool, clean_end: bool) -> None:
