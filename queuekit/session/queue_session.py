@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import threading
+import warnings
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -126,6 +129,8 @@ class QueueSession(SessionInterface):
         # Shared with the watchdog and the SIGINT router, which run in other threads.
         self._state = RunState()
         self._policy = RunPolicy(self._state)
+        self._pid = os.getpid()  # a forked child must not use the parent's session or threads
+        self._finalizer: weakref.finalize | None = None
 
     # -- context manager -----------------------------------------------------
     def __enter__(self) -> QueueSession:
@@ -276,6 +281,11 @@ class QueueSession(SessionInterface):
 
     # -- starting ------------------------------------------------------------
     def _check_open(self) -> None:
+        if os.getpid() != self._pid:
+            raise RuntimeError(
+                f"this QueueSession was created in process {self._pid} and is used in its "
+                f"forked child {os.getpid()}: a TensorFlow session and its threads do not "
+                f"survive a fork (a run would block forever); create the session in the child")
         if self._closed:
             raise RuntimeError("this QueueSession is closed")
 
@@ -308,6 +318,9 @@ class QueueSession(SessionInterface):
             self._graph, sess, self._state, self._stall_timeout, self._grace,
             task=self._task.device if self._task else self._target, chief=self._init.chief)
         self._policy.attach(self._threads.coord, self._threads.runners, self._threads.signals)
+        # Dropped without close(): warn as an unclosed file does, and stop the threads.
+        self._finalizer = weakref.finalize(self, _abandoned, self._threads, self._pid)
+        self._finalizer.atexit = False  # at exit the daemon threads just end with the process
         self._threads.start_new_runners()
         for hook in self._hooks:
             hook.after_create_session(sess, self._threads.coord)
@@ -342,6 +355,11 @@ class QueueSession(SessionInterface):
     def _close(self, *, body_failed: bool, clean_end: bool) -> None:
         if self._closed:
             return
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        if os.getpid() != self._pid:
+            self._closed = True  # the parent's session and threads are the parent's to stop
+            return
         self._state.closing = True
         stuck: list[str] = []
         try:
@@ -356,3 +374,13 @@ class QueueSession(SessionInterface):
                 self._sess.close()  # a remote session cancels its blocked steps (a ps take)
                 stuck = self._threads.still_alive(self._grace) if stuck and self._threads else []
         self._policy.after_close(body_failed=body_failed, stuck=stuck, grace=self._grace)
+
+
+def _abandoned(threads: SessionThreads, pid: int) -> None:
+    """The finalizer of a QueueSession that was started and never closed."""
+    if os.getpid() != pid:
+        return
+    warnings.warn(f"a QueueSession was dropped without close(): its {len(threads.runners.threads)} "
+                  f"runner threads are stopped now; use `with qk.QueueSession() as qs:` or call "
+                  f"qs.close()", ResourceWarning, stacklevel=2)
+    threads.abandon()

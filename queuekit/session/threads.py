@@ -138,6 +138,17 @@ class SessionThreads:
             thread.join(0.1)
         return stuck + [t.name for t in self._others() if t.is_alive()]
 
+    def abandon(self) -> None:
+        """Stop every thread without waiting for any: what a finalizer may do, in whatever
+        thread the collector runs (joining there could be joining itself). Each thread
+        ends once it sees the stop or its closed queue."""
+        self.coord.request_stop()
+        self.runners.cancel()
+        if self._watch is not None:
+            self._watch.stop(0.0)
+        if self._routed:
+            ROUTER.unregister(self.signals)
+
     def stop(self, grace: float) -> list[str]:
         """Stop and join every thread within ``grace`` seconds; names of those still alive."""
         self.coord.request_stop()
