@@ -10,7 +10,9 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "queuekit"
 LAYERS = {"errors": 0, "version": 0, "records": 1, "cluster": 1, "pipelines": 2, "session": 2,
           "bench": 3, "bench_command": 3, "demo": 3, "cli": 3, "program": 3, "arguments": 3,
           "__init__": 4, "__main__": 4}
-MAX_LINES = 320
+# A module read in one sitting. Not a target: a cap near the typical size cut modules into
+# fragments (#29); this one only catches a module that grew into several.
+MAX_LINES = 500
 
 
 def _modules():
@@ -72,7 +74,7 @@ def test_no_import_cycles():
 
 @pytest.mark.parametrize("module,path", list(_modules()))
 def test_no_private_names_across_modules_and_small_modules(module, path):
-    """No module imports another's _private names, and none is over about 300 lines."""
+    """No module imports another's _private names, and none is over 500 lines."""
     for target, names in _imports(path):
         private = [n for n in names if n.startswith("_") and not n.startswith("__")]
         assert not private, f"{module} imports private {private} from {target}"

@@ -279,15 +279,23 @@ def test_overwrite_never_replaces_what_is_not_a_regular_file(tmp_path, kind):
 
 
 def test_make_to_a_device_is_refused(tmp_path, capsys):
-    """make imgs /dev/null --overwrite: exit 2 naming /dev/null, which stays a device."""
+    """make imgs <a character device> --overwrite (as /dev/null is): exit 2 naming it, and it
+    stays a device. A clone of /dev/null in tmp_path, so that a regression cannot replace the
+    machine's own."""
     import stat as stat_module
 
     from queuekit.cli import main
 
     make_mixed_folder(tmp_path / "src")
-    assert main(["make", str(tmp_path / "src"), "/dev/null", "--overwrite", "--quiet"]) == 2
-    assert "/dev/null is not a regular file" in capsys.readouterr().err
-    assert stat_module.S_ISCHR(os.stat("/dev/null").st_mode)
+    device = tmp_path / "null"
+    try:
+        os.mknod(device, 0o666 | stat_module.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:
+        pytest.skip("cannot create a device node here (not root)")
+    assert main(["make", str(tmp_path / "src"), str(device), "--overwrite", "--quiet"]) == 2
+    assert f"{device} is not a regular file" in capsys.readouterr().err
+    assert stat_module.S_ISCHR(os.lstat(device).st_mode)
+    assert sorted(os.listdir(tmp_path)) == ["null", "src"]
 
 
 @pytest.mark.parametrize("workers", [1, 2])
