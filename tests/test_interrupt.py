@@ -48,12 +48,45 @@ with qk.QueueSession(stall_timeout_secs=None, stop_grace_secs=1.0) as qs:
     print("ready", flush=True)
     qs.run(d)
 """,
+    # the same stuck runner under monitored_training_session: its grace is 120 s by default
+    "stuck-mts": """
+forever = threading.Event()
+def block():
+    forever.wait()
+    return np.int64(1)
+with tf.Graph().as_default():
+    v = tf.py_function(block, [], tf.int64)
+    q = tf.queue.FIFOQueue(4, tf.int64, shapes=[[]])
+    v1.train.add_queue_runner(v1.train.QueueRunner(q, [q.enqueue(v)]))
+    d = q.dequeue()
+    v1.train.get_or_create_global_step()
+    with qk.monitored_training_session(stall_timeout_secs=None) as sess:
+        print("ready", flush=True)
+        sess.run(d)
+""",
+    # Ctrl-C during a healthy shutdown that would wait 120 s for a stuck runner
+    "long-shutdown": """
+forever, entered = threading.Event(), threading.Event()
+def block():
+    entered.set()
+    forever.wait()
+    return np.int64(1)
+with qk.QueueSession(stall_timeout_secs=None, stop_grace_secs=120) as qs:
+    v = tf.py_function(block, [], tf.int64)
+    q = tf.queue.FIFOQueue(4, tf.int64, shapes=[[]])
+    v1.train.add_queue_runner(v1.train.QueueRunner(q, [q.enqueue(v)]))
+    qs.start()
+    assert entered.wait(30)  # the runner is stuck: the shutdown will wait for it
+    print("ready", flush=True)
+""",
 }
 
 
 @pytest.mark.parametrize("case", sorted(SCRIPTS))
 def test_sigint_ends_the_process_with_a_plain_keyboard_interrupt(case):
-    """SIGINT while busy, blocked in a dequeue, or with a stuck runner: prompt KeyboardInterrupt."""
+    """SIGINT while busy, blocked in a dequeue, with a stuck runner (also under
+    monitored_training_session's 120 s grace), or during a shutdown waiting for one: a prompt
+    KeyboardInterrupt."""
     child = run_script(_PRELUDE + SCRIPTS[case])
     _, err, took = signal_when_ready(child, signal.SIGINT, grace=0.5)
     lines = [line for line in err.splitlines() if line.strip()]

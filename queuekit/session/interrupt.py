@@ -263,6 +263,9 @@ class SessionSignals:
         with state.lock:
             if not (state.in_run or state.closing or state.woken_by is not None):
                 return False
+            if (state.closing and not state.in_run and signum == signal.SIGINT
+                    and ROUTER.previous(signum) is signal.default_int_handler):
+                return False  # Ctrl-C while shutting down: end it now, not after its grace
             state.deferred.append((signum, frame))
             wake_now = state.in_run and signum == signal.SIGINT and (
                 ROUTER.previous(signum) is signal.default_int_handler)

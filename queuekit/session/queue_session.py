@@ -31,6 +31,7 @@ except ImportError:  # pragma: no cover - a TF without the private module
     SessionInterface = object
 
 DEFAULT_STOP_GRACE_SECS = 2.0
+INTERRUPTED_GRACE_SECS = 2.0  # the most a shutdown after Ctrl-C waits for a thread
 DEFAULT_STALL_TIMEOUT_SECS = 60.0
 
 _v1 = tf.compat.v1
@@ -77,7 +78,10 @@ class QueueSession(SessionInterface):
     enqueues cancelled) within ``stop_grace_secs``, or :class:`ShutdownTimeout`.
 
     Ctrl-C: while the session is active in the main thread, SIGINT closes the
-    queues even under a blocked dequeue, which raises ``KeyboardInterrupt``.
+    queues even under a blocked dequeue, which raises ``KeyboardInterrupt``;
+    the shutdown that follows waits at most 2 s for a thread (a reader blocked
+    in I/O), whatever ``stop_grace_secs``; a Ctrl-C during any shutdown ends it
+    at once.
 
     Autotune: a tuner thread (:meth:`tuning`). On a cluster: ``is_chief``,
     ``start.session_config``, work queue threads; shutdown leaves shared queues alone.
@@ -145,8 +149,12 @@ class QueueSession(SessionInterface):
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         try:
+            # Ctrl-C, SIGTERM, sys.exit: the user wants out, whatever the grace of a
+            # healthy shutdown (MonitoredTrainingSession's is 120 s).
+            interrupted = exc_type is not None and not issubclass(exc_type, Exception)
             self._close(body_failed=exc_type is not None and not issubclass(exc_type, EndOfData),
-                        clean_end=exc_type is None or issubclass(exc_type, EndOfData))
+                        clean_end=exc_type is None or issubclass(exc_type, EndOfData),
+                        grace=min(self._grace, INTERRUPTED_GRACE_SECS) if interrupted else None)
         finally:
             if self._graph_ctx is not None:
                 ctx, self._graph_ctx = self._graph_ctx, None
@@ -352,7 +360,7 @@ class QueueSession(SessionInterface):
             ) from end
 
     # -- stopping ------------------------------------------------------------
-    def _close(self, *, body_failed: bool, clean_end: bool) -> None:
+    def _close(self, *, body_failed: bool, clean_end: bool, grace: float | None = None) -> None:
         if self._closed:
             return
         if self._finalizer is not None:
@@ -360,6 +368,7 @@ class QueueSession(SessionInterface):
         if os.getpid() != self._pid:
             self._closed = True  # the parent's session and threads are the parent's to stop
             return
+        grace = self._grace if grace is None else grace
         self._state.closing = True
         stuck: list[str] = []
         try:
@@ -368,12 +377,12 @@ class QueueSession(SessionInterface):
                     hook.end(self._sess)
         finally:
             if self._threads:
-                stuck = self._threads.stop(self._grace)
+                stuck = self._threads.stop(grace)
             self._closed = True
             if self._sess is not None and (not stuck or self._target):
                 self._sess.close()  # a remote session cancels its blocked steps (a ps take)
-                stuck = self._threads.still_alive(self._grace) if stuck and self._threads else []
-        self._policy.after_close(body_failed=body_failed, stuck=stuck, grace=self._grace)
+                stuck = self._threads.still_alive(grace) if stuck and self._threads else []
+        self._policy.after_close(body_failed=body_failed, stuck=stuck, grace=grace)
 
 
 def _abandoned(threads: SessionThreads, pid: int) -> None:
