@@ -340,3 +340,43 @@ def test_image_folder_batches_reads_a_class_name_that_is_not_utf8(tmp_path):
         got = list(qs.iterate(qk.image_folder_batches(os.fsdecode(root), image_size=8,
                                                       batch_size=2, num_epochs=1)))
     assert sorted(f for x in got for f in x["filename"]) == [b"caf\xe9/a.png", b"plain/a.png"]
+
+
+def test_records_that_are_not_examples_in_a_later_file_are_named(tmp_path):
+    """Good records, then a file of non-Example records: a BadRecordError naming that file and
+    record (it was: UnicodeDecodeError "'utf-8' codec can't decode byte 0xff", no file)."""
+    good = _write(tmp_path / "a.tfrecords", range(6))
+    junk = tmp_path / "b.tfrecords"
+    with tf.io.TFRecordWriter(str(junk)) as w:
+        for _ in range(3):
+            w.write(b"\xff\xfe not a protobuf")
+    with pytest.raises(qk.BadRecordError) as info:
+        with qk.QueueSession() as qs:
+            for _ in qs.iterate(qk.tfrecord_batches([good, str(junk)], batch_size=2,
+                                                    num_epochs=1)):
+                pass
+    assert f"{junk}: record 0 at byte offset 0" in str(info.value)
+    assert "not a tf.train.Example" in str(info.value)
+
+
+def test_a_corrupt_image_read_by_a_whole_file_reader_is_named(tmp_path):
+    """A hand-built WholeFileReader -> decode_jpeg pipeline over a corrupt JPEG: the error
+    names the image file (the note looked for it inside TFRecords)."""
+    paths = []
+    for i in range(3):
+        path = tmp_path / f"{i}.jpg"
+        Image.fromarray(rgb(16, 16, seed=i)).save(path)
+        paths.append(str(path))
+    data = open(paths[1], "rb").read()
+    open(paths[1], "wb").write(data[:20] + b"\0" * (len(data) - 20))
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+        with qk.QueueSession() as qs:
+            fq = v1.train.string_input_producer(paths, num_epochs=1, shuffle=False)
+            _, contents = v1.WholeFileReader().read(fq)
+            image = tf.image.decode_jpeg(contents, channels=3)
+            image = tf.image.resize(image, (8, 8))
+            batch = v1.train.batch([image], batch_size=1)
+            for _ in qs.iterate(batch):
+                pass
+    notes = "".join(getattr(info.value, "__notes__", []))
+    assert f"the image that failed to decode is {paths[1]}" in notes

@@ -61,15 +61,19 @@ def _string_files(ops, limit: int | None = None) -> list[str]:
     return [f for f in dict.fromkeys(files) if os.path.isfile(f)]
 
 
-def reader_files(graph: tf.Graph, ops) -> list[str]:
+def reader_files(graph: tf.Graph, ops, *, whole_files: bool | None = None) -> list[str]:
     """The existing files that the readers upstream of ``ops`` can be given, in graph order.
 
     From a batch dequeue the walk reaches the readers, their filename queues
     and the string constants the runners of those queues enqueue.
+    ``whole_files``: only a ``WholeFileReader``'s (True), or only the record
+    readers' (False).
     """
     feeding = _runners_by_queue(graph)
-    queues = dict.fromkeys(queue_op(op.inputs[1]).name for op in _upstream(ops, feeding)
-                           if op.type in READER_OPS)
+    queues = dict.fromkeys(
+        queue_op(op.inputs[1]).name for op in _upstream(ops, feeding)
+        if op.type in READER_OPS and (whole_files is None or whole_files == (
+            queue_op(op.inputs[0]).type == "WholeFileReaderV2")))
     # A work queue's readers are given names by its relay threads, from work.files.
     work = [f for w in graph.get_collection(WORK_COLLECTION)
             if set(w.local_queues()) & set(queues) for f in w.files if os.path.isfile(f)]
@@ -162,8 +166,9 @@ def image_file_note(graph: tf.Graph, op: tf.Operation, error: tf.errors.OpError)
     if not tf.executing_eagerly():
         return None  # eager is off in this program: checking would only build ops
     try:
-        records = reader_files(graph, [op])
-        files = [] if records else upstream_files(graph, [op])
+        records = reader_files(graph, [op], whole_files=False)
+        files = [] if records else (reader_files(graph, [op], whole_files=True)
+                                    or upstream_files(graph, [op]))
     except Exception:  # noqa: BLE001 - a diagnosis must never hide the error itself
         log.debug("could not list the upstream files", exc_info=True)
         return None
@@ -213,6 +218,27 @@ def _undecodable_record(files, deadline) -> str | None:
                 reason = _first_line(e)
                 return (f"queuekit: the record that failed to decode is {path}: record "
                         f"{item.index} at byte offset {item.offset} ({reason})")
+    return None
+
+
+def not_example_note(graph: tf.Graph, op: tf.Operation) -> str | None:
+    """A note naming the first record the readers upstream of ``op`` read that is not a
+    ``tf.train.Example`` (TensorFlow's parse error names no file), within a time budget."""
+    try:
+        files = reader_files(graph, [op], whole_files=False)[:_MAX_FILES]
+    except Exception:  # noqa: BLE001 - a diagnosis must never hide the error itself
+        log.debug("could not list the reader files", exc_info=True)
+        return None
+    deadline = time.monotonic() + _DECODE_BUDGET_SECS
+    for path in files:
+        for item in scan_records(path):
+            if time.monotonic() > deadline or not isinstance(item, Record):
+                break
+            try:
+                tf.train.Example.FromString(item.data)
+            except Exception:  # noqa: BLE001 - protobuf's DecodeError
+                return (f"queuekit: the record that is not a tf.train.Example is {path}: "
+                        f"record {item.index} at byte offset {item.offset}")
     return None
 
 
