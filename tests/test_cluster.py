@@ -435,3 +435,81 @@ def test_a_sync_token_stall_names_the_tasks_that_take_no_connection(chief):
             assert qs.run(token) == 0  # only a non-chief gets here: the token it gave back
             assert qs.should_stop()
     assert step is not None
+
+
+def test_a_ps_with_no_server_behind_its_address_is_named_within_the_stall_bound():
+    """TF_CONFIG's ps address has nothing listening: the first run fails within
+    stall_timeout_secs with a ClusterError naming the ps task and address (it blocked for
+    ever)."""
+    from queuekit.cluster.launch import free_ports
+
+    worker_port, ps_port = free_ports(2)
+    task = qk.ClusterTask({"ps": [f"localhost:{ps_port}"],
+                           "worker": [f"localhost:{worker_port}"]}, "worker", 0)
+    server = qk.start_server(task)
+    graph = tf.Graph()
+    with graph.as_default(), tf.device("/job:ps/task:0"):
+        weight = v1.get_variable("w", initializer=1.0)
+    with pytest.raises(qk.ClusterError, match=rf"/job:ps/task:0 \(localhost:{ps_port}"):
+        with qk.QueueSession(graph, target=server.target, stall_timeout_secs=1,
+                             config=task.session_config()) as qs:
+            qs.run(weight)
+
+
+_PS_KILLED = """
+import json, sys, threading
+sys.path.insert(0, {root!r})
+import tensorflow as tf
+import queuekit as qk
+from tests.helpers import id_reader_batch, write_id_records
+v1 = tf.compat.v1
+task = qk.ClusterTask({cluster!r}, "worker", 0)
+server = qk.start_server(task)
+files = [write_id_records({tmp!r} + f"/{{k}}.tfrecords", 50, start=50 * k) for k in range(4)]
+graph = tf.Graph()
+with graph.as_default():
+    with tf.device("/job:ps/task:0"):
+        step = v1.train.get_or_create_global_step()
+    with tf.device(task.device):
+        batch = id_reader_batch(files, batch_size=5, num_epochs=None)
+    train = tf.group(batch, v1.assign_add(step, 1))
+error = None
+try:
+    with qk.QueueSession(graph, target=server.target, stall_timeout_secs=5,
+                         config=task.session_config()) as qs:
+        qs.run(train)
+        print("ready", flush=True)
+        sys.stdin.readline()  # the ps is killed meanwhile
+        for _ in range(1000):
+            qs.run(train)
+except Exception as e:
+    error = type(e).__name__
+print(json.dumps({{"error": error}}), flush=True)
+"""
+
+
+def test_a_killed_ps_ends_the_worker_with_an_error_instead_of_a_hang(tmp_path):
+    """SIGKILL of the ps mid-epoch: the worker's next step fails and its session closes within
+    its bounds (TF's Session.close on a dead ps blocked for ever)."""
+    ps = qk.LocalCluster([sys.executable, SERVER], workers=1, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, preexec_fn=default_signals)
+    cluster = ps.cluster  # the worker's server runs in the worker process below
+    worker = None
+    try:
+        _wait_ready(ps.start_task("ps", 0))
+        worker = subprocess.Popen(
+            [sys.executable, "-c", _PS_KILLED.format(root=ROOT, cluster=cluster,
+                                                     tmp=str(tmp_path))],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=default_signals)
+        assert worker.stdout.readline().strip() == "ready", worker.communicate(timeout=30)[1]
+        ps.processes["/job:ps/task:0"].kill()
+        ps.processes["/job:ps/task:0"].wait(10)
+        out, err = worker.communicate("go\n", timeout=90)
+    finally:
+        if worker is not None and worker.poll() is None:
+            worker.kill()
+            worker.communicate()
+        ps.close()
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["error"] is not None, err[-2000:]

@@ -16,6 +16,8 @@ import logging
 import os
 import socket
 import threading
+import time
+from collections.abc import Sequence
 
 import tensorflow as tf
 
@@ -135,14 +137,18 @@ def local_task() -> ClusterTask | None:
     return next(iter(tasks.values())) if len(tasks) == 1 else None
 
 
-def unreachable_tasks(task: ClusterTask, *, timeout: float = 1.0) -> list[str]:
+def unreachable_tasks(task: ClusterTask, *, timeout: float = 1.0,
+                      jobs: Sequence[str] | None = None) -> list[str]:
     """The other tasks of ``task``'s cluster whose port takes no connection: "device (why)".
 
     A task whose process died refuses at once; a dead host times out after
     ``timeout`` seconds. Only says who is gone, not who is merely slow.
+    ``jobs``: only the tasks of these jobs.
     """
     gone = []
     for job, addresses in sorted(task.cluster.items()):
+        if jobs is not None and job not in jobs:
+            continue
         for i, address in enumerate(addresses):
             if (job, i) == (task.job, task.task):
                 continue
@@ -154,3 +160,25 @@ def unreachable_tasks(task: ClusterTask, *, timeout: float = 1.0) -> list[str]:
                 why = getattr(e, "strerror", None) or str(e) or type(e).__name__
                 gone.append(f"/job:{job}/task:{i} ({address}: {why})")
     return gone
+
+
+def wait_for_parameter_servers(task: ClusterTask, seconds: float) -> None:
+    """Return once every ps task of ``task``'s cluster takes a connection.
+
+    A session whose ps is not there blocks its first run for ever (TF waits
+    for the cluster), whatever the stall timeout: the start-up is bounded here.
+
+    Raises:
+        ClusterError: naming the tasks and addresses that took no connection in ``seconds``.
+    """
+    deadline = time.monotonic() + seconds
+    while True:
+        gone = unreachable_tasks(task, jobs=(PS_JOB,), timeout=min(1.0, max(0.1, seconds)))
+        if not gone:
+            return
+        if time.monotonic() >= deadline:
+            raise ClusterError(
+                f"{task.device}: no server takes connections at {', '.join(gone)} after "
+                f"{seconds:g} s: is the ps process running, and is its address in the "
+                f"cluster (TF_CONFIG) right?")
+        time.sleep(0.25)  # polling a port that is not open yet

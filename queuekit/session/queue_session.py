@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import warnings
@@ -11,7 +12,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from queuekit.cluster.tasks import task_of
+from queuekit.cluster.tasks import task_of, wait_for_parameter_servers
 from queuekit.errors import DatasetError, EndOfData
 from queuekit.records.files import check_files, check_sizes, resized, sizes
 from queuekit.session.diagnose import fixed_length_inputs, tfrecord_files
@@ -29,6 +30,8 @@ try:  # what Saver.save checks: TF's own base of Session, stable since TF 1.0
     from tensorflow.python.client.session import SessionInterface
 except ImportError:  # pragma: no cover - a TF without the private module
     SessionInterface = object
+
+log = logging.getLogger(__name__)
 
 DEFAULT_STOP_GRACE_SECS = 2.0
 INTERRUPTED_GRACE_SECS = 2.0  # the most a shutdown after Ctrl-C waits for a thread
@@ -316,6 +319,8 @@ class QueueSession(SessionInterface):
                 hook.begin()
             # queuekit's helper ops must exist before a creator finalizes the graph.
             queue_ops(self._graph).update(self._collection())
+            if self._task is not None and self._stall_timeout is not None:
+                wait_for_parameter_servers(self._task, self._stall_timeout)
             if self._creator is not None:
                 self._sess = self._creator.create_session()
             sess = self.session
@@ -380,9 +385,24 @@ class QueueSession(SessionInterface):
                 stuck = self._threads.stop(grace)
             self._closed = True
             if self._sess is not None and (not stuck or self._target):
-                self._sess.close()  # a remote session cancels its blocked steps (a ps take)
+                # A remote session cancels its blocked steps (a ps take).
+                _close_session(self._sess, self._target, grace)
                 stuck = self._threads.still_alive(grace) if stuck and self._threads else []
         self._policy.after_close(body_failed=body_failed, stuck=stuck, grace=grace)
+
+
+def _close_session(sess, target: str, grace: float) -> None:
+    """``sess.close()``, within ``grace`` seconds for a remote one: TF's close of a session
+    whose master or ps died blocks for ever (the job would hang at its end)."""
+    if not target:
+        sess.close()
+        return
+    closing = threading.Thread(target=sess.close, name="queuekit-close", daemon=True)
+    closing.start()
+    closing.join(grace)
+    if closing.is_alive():
+        log.warning("closing the session on %s did not finish within %g s (its master or a "
+                    "ps is gone?): left to a daemon thread", target, grace)
 
 
 def _abandoned(threads: SessionThreads, pid: int) -> None:
