@@ -84,18 +84,31 @@ def run_task(task: qk.ClusterTask, args) -> dict | None:
 def launch(args) -> int:
     """Make the data, run 1 ps + N workers on loopback, wait for the workers."""
     # Several train files, so that the work queue has something to share out.
-    _, _, classes = make_splits(args.workdir, args.images, shards=8)
+    train, _, classes = make_splits(args.workdir, args.images, shards=8)
     with open(os.path.join(args.workdir, "classes"), "w") as f:
         f.write(str(classes))
     rest = ["--workdir", args.workdir, "--epochs", str(args.epochs),
             "--batch-size", str(args.batch_size)] + (["--sync"] if args.sync else []) + (
             ["--verbose"] if args.verbose else [])
+    trained = 0
     with qk.LocalCluster([sys.executable, os.path.abspath(__file__), *rest],
                          workers=args.local_cluster, stdout=subprocess.PIPE, text=True) as cluster:
         codes = cluster.wait_workers()
         for device, proc in cluster.processes.items():
             if "/job:worker/" in device:
-                sys.stdout.write(proc.stdout.read())
+                out = proc.stdout.read()
+                sys.stdout.write(out)
+                trained += sum(json.loads(line)["records"] for line in out.splitlines()
+                               if line.startswith("{"))
+    # Every record once per epoch is the aim; say it plainly when the job fell short.
+    expected = args.epochs * qk.inspect_tfrecords(train).records
+    print(json.dumps({"trained": trained, "expected": expected}), flush=True)
+    if trained < expected:
+        print(f"distributed_train: trained {trained} of {expected} records: "
+              f"{expected - trained} were read and never trained"
+              + (" (SyncReplicasOptimizer: the job ends when the chief's input does; batches "
+                 "dequeued for steps that got no token are dropped)" if args.sync else ""),
+              file=sys.stderr, flush=True)
     print(json.dumps({"exit_codes": codes}), flush=True)
     return max(codes.values(), default=0)
 

@@ -82,5 +82,10 @@ def test_distributed_example_with_sync_replicas_ends_on_every_worker(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert codes == {"exit_codes": {"/job:worker/task:0": 0, "/job:worker/task:1": 0}}
     # The chief's input ends the training: batches worker 1 had dequeued for a step that
-    # never got its token are not trained (SyncReplicasOptimizer's own rule).
-    assert 0 < sum(t["records"] for t in tasks.values()) <= 2 * 320
+    # never got its token are not trained (SyncReplicasOptimizer's own rule), and said.
+    trained = sum(t["records"] for t in tasks.values())
+    assert 0 < trained <= 2 * 320
+    summary = next(json.loads(line) for line in done.stdout.splitlines()
+                   if line.startswith('{"trained"'))
+    assert summary == {"trained": trained, "expected": 2 * 320}
+    assert (f"trained {trained} of 640 records" in done.stderr) == (trained < 640)

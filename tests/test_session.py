@@ -597,3 +597,24 @@ def test_a_session_used_in_a_forked_child_raises_at_once():
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert b"forked child" in said and b"create the session in the child" in said
+
+
+def test_an_input_cut_by_another_queue_s_end_is_reported(caplog):
+    """A step that also takes a token (SyncReplicasOptimizer's shape) ends when the token
+    queue is closed, as the chief does at its own end: the elements still in the input
+    queues are counted and named, not lost without a word."""
+    with qk.QueueSession() as qs:
+        x = v1.train.range_input_producer(100, num_epochs=1, shuffle=False).dequeue()
+        batch = v1.train.batch([x], batch_size=5, capacity=20)
+        tokens = tf.queue.FIFOQueue(10, tf.int64, shapes=[], shared_name="sync_token_q")
+        give = tokens.enqueue_many([[0, 0]])
+        step = [batch, tokens.dequeue()]
+        qs.run(give)
+        qs.run(step)
+        qs.run(tokens.close())  # the chief's input ended
+        qs.run(step)  # the second token
+        with pytest.raises(qk.EndOfData):
+            qs.run(step)
+    said = [r.getMessage() for r in caplog.records if "never delivered" in r.getMessage()]
+    assert len(said) == 1 and "'sync_token_q'" in said[0]
+    assert "batch/fifo_queue: " in said[0]

@@ -144,6 +144,14 @@ _LEFT = re.compile(r"(\w+) '([^']+)' is closed and has insufficient elements "
                    r"\(requested (\d+), current size (\d+)\)")
 
 
+def ended_queue(error: BaseException) -> str | None:
+    """The queue whose end ended a run, as TensorFlow's message names it (the op's name, without
+    the ``_<n>_`` prefix of a queue made in a name scope's first use)."""
+    cause = error.__cause__ if isinstance(error, EndOfData) else error
+    match = _LEFT.search(getattr(cause, "message", None) or "")
+    return None if match is None else re.sub(r"^_\d+_", "", match.group(2))
+
+
 def _warn_dropped(error: tf.errors.OutOfRangeError) -> None:
     """Say so when the end of the input left elements no batch will deliver.
 

@@ -17,7 +17,7 @@ from queuekit.errors import DatasetError, EndOfData
 from queuekit.records.files import check_files, check_sizes, resized, sizes
 from queuekit.session.diagnose import fixed_length_inputs, tfrecord_files
 from queuekit.session.hooked_run import run_with_hooks
-from queuekit.session.policy import PartialRun, RunPolicy
+from queuekit.session.policy import PartialRun, RunPolicy, ended_queue
 from queuekit.session.queue_ops import queue_ops
 from queuekit.session.reads import ReadsCache
 from queuekit.session.run_state import RunState
@@ -265,6 +265,7 @@ class QueueSession(SessionInterface):
                                       run_metadata, reads=reads)
         except EndOfData as end:
             self._check_unchanged(end)
+            self._report_cut_input(end)
             raise
         self._threads.consumed(result[1])
         return result[0]
@@ -363,6 +364,22 @@ class QueueSession(SessionInterface):
                 + ("gone now" if now < 0 else f"{now} now")
                 + "): the epoch did not read it as it is; the input ended early or late"
             ) from end
+
+    def _report_cut_input(self, end: EndOfData) -> None:
+        """Say what was read and will never reach a step when a queue other than the input's
+        ended the run: SyncReplicasOptimizer's token queue, closed by the chief when its own
+        input ended, cuts another worker's input short (#26: 424 of 640 records trained,
+        exit 0, no word)."""
+        ended = ended_queue(end)
+        stats = self.queue_stats()
+        if ended is None or any(s.name == ended for s in stats):
+            return  # the input's own end
+        left = [f"{s.name}: {s.size}" for s in stats if s.size]
+        if left:
+            log.warning("the run ended because queue %r ended, with elements still in this "
+                        "session's input queues, read and never delivered to a step (%s); a "
+                        "SyncReplicasOptimizer job ends when the chief's input does",
+                        ended, "; ".join(left))
 
     # -- stopping ------------------------------------------------------------
     def _close(self, *, body_failed: bool, clean_end: bool, grace: float | None = None) -> None:
