@@ -29,8 +29,13 @@ def exclusive(path: str, what: str) -> Iterator[None]:
         OSError: ``path`` is not a regular file (a link, a FIFO...), naming it.
     """
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-                     | os.O_NONBLOCK, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+                         | os.O_NONBLOCK, 0o644)
+        except OSError as e:  # a link (ELOOP) or a folder there: not followed, not replaced
+            raise OSError(e.errno, f"cannot take the lock of {what}: {e.strerror} (queuekit's "
+                                   f"lock file goes there; it is not followed or replaced)",
+                          path) from e
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise OSError(f"{path} is not a regular file; queuekit's lock file goes there")
