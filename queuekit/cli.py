@@ -204,7 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     root.setLevel(logging.DEBUG if args.verbose else logging.INFO)
     try:
         # Signals first: a SIGTERM during TensorFlow's import also exits 143.
-        with signals_end_the_command(), quiet_tensorflow(args.verbose):
+        # A local make needs no TensorFlow (its errors and workers are TensorFlow-free).
+        load = not (args.command == "make" and args.runner == "local")
+        with signals_end_the_command(), quiet_tensorflow(args.verbose, load=load):
             return _run(func, args)
     except KeyboardInterrupt:
         print(f"queuekit {args.command}: interrupted", file=sys.stderr)
@@ -224,25 +226,19 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(func, args) -> int:
     """The subcommand, with its errors turned into the documented exit codes."""
-    from queuekit.errors import (
-        BadRecordError,
-        CorruptRecordError,
-        ImageDecodeError,
-        QueuekitError,
-        UnreadableFolderError,
-    )
+    import queuekit.errors as errors
 
-    bad_data = (ImageDecodeError, CorruptRecordError, BadRecordError, UnreadableFolderError)
     try:
         return int(func(args) or 0)
-    except bad_data as e:
-        print(f"queuekit {args.command}: error: {e}", file=sys.stderr)
-        return 1
     except BrokenPipeError:
         raise
-    except (QueuekitError, OSError) as e:
+    except (errors.QueuekitError, OSError) as e:
         print(f"queuekit {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        # CorruptRecordError exists once TensorFlow is loaded (a make never loads it).
+        corrupt = vars(errors).get("CorruptRecordError")
+        bad_data = (errors.ImageDecodeError, errors.BadRecordError,
+                    errors.UnreadableFolderError) + ((corrupt,) if corrupt else ())
+        return 1 if isinstance(e, bad_data) else 2
 
 
 def _tolerant_output() -> None:

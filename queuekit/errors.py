@@ -4,22 +4,24 @@ Each specific error also subclasses the built-in or TensorFlow error a caller
 would naturally catch, so existing ``except`` clauses keep working: a loop
 written as ``except tf.errors.OutOfRangeError:`` still ends on
 :class:`EndOfData`, and ``except FileNotFoundError:`` still catches a missing
-input.
+input. This module loads TensorFlow only when one of the two errors that
+subclass TensorFlow's is first used.
 """
 
 from __future__ import annotations
 
-import tensorflow as tf
+import threading
+from typing import Any
 
 __all__ = [
     "QueuekitError",
-    "EndOfData",
+    "EndOfData",  # noqa: F822 - defined on first use (__getattr__)
     "PipelineStalled",
     "ShutdownTimeout",
     "DatasetError",
     "BadRecordError",
     "InputNotFound",
-    "CorruptRecordError",
+    "CorruptRecordError",  # noqa: F822 - defined on first use (__getattr__)
     "ImageDecodeError",
     "UnreadableFolderError",
     "OutputExistsError",
@@ -43,17 +45,6 @@ def add_note(exc: BaseException, note: str) -> None:
 
 class QueuekitError(Exception):
     """Base class of every queuekit error."""
-
-
-class EndOfData(QueuekitError, tf.errors.OutOfRangeError):
-    """The input pipeline is exhausted: every queue feeding the run is closed and empty.
-
-    Subclasses :class:`tf.errors.OutOfRangeError`, so hand-written loops that
-    catch that keep working unchanged.
-    """
-
-    def __init__(self, message: str = "input exhausted (end of data)"):
-        tf.errors.OutOfRangeError.__init__(self, None, None, message)
 
 
 class PipelineStalled(QueuekitError, TimeoutError):
@@ -96,28 +87,6 @@ class InputNotFound(QueuekitError, FileNotFoundError):
     """A file, folder or glob the caller named does not exist or matches nothing."""
 
 
-class CorruptRecordError(QueuekitError, tf.errors.DataLossError):
-    """A TFRecord file is corrupt or truncated.
-
-    Attributes:
-        path: the file.
-        index: index of the first bad record in that file.
-        offset: byte offset of that record.
-        reason: what is wrong (``bad length CRC``, ``bad data CRC``, ``truncated``...).
-    """
-
-    def __init__(self, path: str, index: int, offset: int, reason: str):
-        message = f"{path}: record {index} at byte offset {offset}: {reason}"
-        tf.errors.DataLossError.__init__(self, None, None, message)
-        self.path = path
-        self.index = index
-        self.offset = offset
-        self.reason = reason
-
-    def __reduce__(self):
-        return (type(self), (self.path, self.index, self.offset, self.reason))
-
-
 class ImageDecodeError(QueuekitError, ValueError):
     """An image file cannot be read or decoded (names the file and why)."""
 
@@ -155,3 +124,58 @@ class WorkLost(ClusterError):
         super().__init__(message)
         self.files = list(files)
         self.tasks = list(tasks)
+
+
+# The two errors that subclass TensorFlow's are defined when first used, so that
+# the tools that need no TensorFlow (make, its worker processes) do not load it
+# (3.5 s and about 500 MB of a small make).
+_WITH_TENSORFLOW = ("EndOfData", "CorruptRecordError")
+_DEFINING = threading.Lock()  # two threads' first use must not make two classes
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WITH_TENSORFLOW:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    with _DEFINING:
+        if name not in globals():
+            _define_tensorflow_errors()
+    return globals()[name]
+
+
+def _define_tensorflow_errors() -> None:
+    import tensorflow as tf
+
+    class EndOfData(QueuekitError, tf.errors.OutOfRangeError):
+        """The input pipeline is exhausted: every queue feeding the run is closed and empty.
+
+        Subclasses :class:`tf.errors.OutOfRangeError`, so hand-written loops that
+        catch that keep working unchanged.
+        """
+
+        def __init__(self, message: str = "input exhausted (end of data)"):
+            tf.errors.OutOfRangeError.__init__(self, None, None, message)
+
+    class CorruptRecordError(QueuekitError, tf.errors.DataLossError):
+        """A TFRecord file is corrupt or truncated.
+
+        Attributes:
+            path: the file.
+            index: index of the first bad record in that file.
+            offset: byte offset of that record.
+            reason: what is wrong (``bad length CRC``, ``bad data CRC``, ``truncated``...).
+        """
+
+        def __init__(self, path: str, index: int, offset: int, reason: str):
+            message = f"{path}: record {index} at byte offset {offset}: {reason}"
+            tf.errors.DataLossError.__init__(self, None, None, message)
+            self.path = path
+            self.index = index
+            self.offset = offset
+            self.reason = reason
+
+        def __reduce__(self):
+            return (type(self), (self.path, self.index, self.offset, self.reason))
+
+    for cls in (EndOfData, CorruptRecordError):
+        cls.__qualname__ = cls.__name__  # pickled and named as module-level classes
+        globals()[cls.__name__] = cls

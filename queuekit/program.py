@@ -39,7 +39,9 @@ def signals_end_the_command():
 
 
 @contextlib.contextmanager
-def quiet_tensorflow(verbose: bool):
+def quiet_tensorflow(verbose: bool, *, load: bool = True):
+    """TensorFlow's start-up log off for the command; ``load``: import it now, silently
+    (a command that needs no TensorFlow, a local ``make``, does not load it at all)."""
     tf_logger = logging.getLogger("tensorflow")
     level = tf_logger.level
     set_env = not verbose and "TF_CPP_MIN_LOG_LEVEL" not in os.environ
@@ -47,7 +49,7 @@ def quiet_tensorflow(verbose: bool):
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"  # read once, when TensorFlow loads
     if not verbose:
         tf_logger.setLevel(logging.ERROR)
-    if set_env:
+    if set_env and load:
         _import_tensorflow_silently()
     try:
         yield

@@ -268,6 +268,26 @@ def test_the_worker_module_imports_no_tensorflow():
     assert out.stdout.strip() == "False"
 
 
+def test_queuekit_make_runs_without_tensorflow(tmp_path):
+    """`queuekit make` (two workers) on a Python where TensorFlow cannot be imported: exit 0, and
+    the records read back; its errors load TensorFlow only when one that subclasses TF's is
+    used (it took 3.5 s of a 4.7 s make)."""
+    import subprocess
+    import sys
+
+    from tests.helpers import without_module
+
+    make_mixed_folder(tmp_path / "src")
+    code = (without_module("tensorflow")
+            + "import sys\nfrom queuekit.cli import main\nrc = main(sys.argv[1:])\n"
+            + "assert 'tensorflow' not in sys.modules\nsys.exit(rc)\n")
+    out = subprocess.run([sys.executable, "-c", code, "make", str(tmp_path / "src"),
+                          str(tmp_path / "o.tfrecords"), "--workers", "2", "--quiet"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert qk.inspect_tfrecords(str(tmp_path / "o.tfrecords")).records == 16
+
+
 def test_forkserver_workers_write_the_same_bytes_as_fork(tmp_path):
     """The start method does not change the output, byte for byte."""
     make_mixed_folder(tmp_path / "src")

@@ -7,7 +7,8 @@ import os
 import secrets
 import stat
 
-from queuekit.errors import CorruptRecordError, DatasetError, InputNotFound
+import queuekit.errors as errors
+from queuekit.errors import DatasetError, InputNotFound
 from queuekit.records.tfrecord import check_framing, compression_of, what_it_is
 
 
@@ -105,7 +106,7 @@ def check_files(files) -> None:
             reason = fault.reason + (f" (in the {kind}-decompressed stream)" if kind else
                                      f" (the file looks {what}, not like TFRecords)" if what
                                      else "")
-            raise CorruptRecordError(path, fault.index, fault.offset, reason)
+            raise errors.CorruptRecordError(path, fault.index, fault.offset, reason)
         _CHECKED.add(key)
 
 
@@ -118,7 +119,7 @@ def check_sizes(files, record_bytes: int, header_bytes: int, footer_bytes: int) 
         count, tail = divmod(max(body, 0), record_bytes)
         if body < 0 or tail:
             hint = " (it looks like TFRecords: use tfrecord_batches)" if _is_tfrecord(path) else ""
-            raise CorruptRecordError(
+            raise errors.CorruptRecordError(
                 path, count, header_bytes + count * record_bytes,
                 f"{size} bytes is not a {header_bytes}-byte header + k x {record_bytes}-byte "
                 f"records + a {footer_bytes}-byte footer ({tail or size} bytes left over"

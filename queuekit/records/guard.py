@@ -19,6 +19,8 @@ import stat
 import threading
 from collections.abc import Iterator
 
+from queuekit.errors import OutputBusyError
+
 
 @contextlib.contextmanager
 def exclusive(path: str, what: str) -> Iterator[None]:
@@ -42,10 +44,6 @@ def exclusive(path: str, what: str) -> Iterator[None]:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                # Here, not at the top: make's workers import this module, and
-                # queuekit.errors loads TensorFlow.
-                from queuekit.errors import OutputBusyError
-
                 raise OutputBusyError(
                     f"{what} is being written by another queuekit process (it holds the lock "
                     f"{path}); wait for it to finish") from None
