@@ -41,8 +41,9 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--consume", choices=["graph", "numpy"], default="graph",
                    help="every row uses the batch in the graph (a reduce_sum, default) or "
                         "fetches it to numpy like a loop calling sess.run(batch)")
-    p.add_argument("--compare", default="tfdata,tfdata-map,seed",
-                   help="reference rows, comma-separated, or none: tfdata (tf.data doing the "
+    p.add_argument("--compare", default="tfdata-batched,tfdata,seed",
+                   help="reference rows, comma-separated, or none (default: tfdata-batched,"
+                        "tfdata,seed): tfdata (tf.data doing the "
                         "builders' work: decode in map, normalise after batch), tfdata-batched "
                         "(tf.data vectorised: batch, then parse together), tfdata-map "
                         "(tf.data normalising each record in map), seed (the seed's "

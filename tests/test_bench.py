@@ -54,3 +54,16 @@ def test_plot_writes_a_png(small_file, tmp_path):
     report.plot(tmp_path / "bench.png")
     with Image.open(tmp_path / "bench.png") as im:
         assert im.format == "PNG" and im.size == (800, 650)
+
+
+def test_the_best_row_is_compared_with_tf_data_at_its_best_first():
+    """With a vectorised tf.data row the summary's first ratio is against it (the per-record
+    form flattered a row reading many records per step: "1.66x tf.data" on a fresh clone)."""
+    from queuekit.bench.report import BenchReport, BenchRow
+
+    rows = [BenchRow("queuekit", 2, 1, 64, records_per_s=9000.0),
+            BenchRow("tf.data", None, None, None, records_per_s=6000.0),
+            BenchRow("tf.data batch-then-parse", None, None, None, records_per_s=10000.0)]
+    first = BenchReport(rows, machine={}).summary().splitlines()[0]
+    assert "(0.90x tf.data batch-then-parse, 1.50x tf.data)" in first
+    assert "(1.50x tf.data)" in BenchReport(rows[:2], machine={}).summary()

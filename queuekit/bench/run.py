@@ -49,7 +49,7 @@ def machine_info() -> dict:
 
 def benchmark(files, *, readers=(1, 2, 4), threads=(1,), read_many=(None,), batch_size=32,
               shuffle=False, seconds=5.0, warmup_batches=20, repeat=3, step_ms=0.0,
-              compare=("tfdata", "tfdata-map", "seed"), image_size=None,
+              compare=("tfdata-batched", "tfdata", "seed"), image_size=None,
               consume: str = "graph", progress=False, on_row=None) -> BenchReport:
     """Measure every configuration of the grid, each in its own process.
 
