@@ -12,6 +12,11 @@ import numpy as np
 import tensorflow as tf
 import queuekit as qk
 v1 = tf.compat.v1
+forever, entered = threading.Event(), threading.Event()
+def block():  # a py_function that never returns: a runner stuck as in blocking I/O
+    entered.set()
+    forever.wait()
+    return np.int64(1)
 """
 
 SCRIPTS = {
@@ -36,10 +41,6 @@ with qk.QueueSession(stall_timeout_secs=None) as qs:
 """,
     # a runner is stuck inside a py_function that never returns
     "stuck": """
-forever = threading.Event()
-def block():
-    forever.wait()
-    return np.int64(1)
 with qk.QueueSession(stall_timeout_secs=None, stop_grace_secs=1.0) as qs:
     v = tf.py_function(block, [], tf.int64)
     q = tf.queue.FIFOQueue(4, tf.int64, shapes=[[]])
@@ -50,10 +51,6 @@ with qk.QueueSession(stall_timeout_secs=None, stop_grace_secs=1.0) as qs:
 """,
     # the same stuck runner under monitored_training_session: its grace is 120 s by default
     "stuck-mts": """
-forever = threading.Event()
-def block():
-    forever.wait()
-    return np.int64(1)
 with tf.Graph().as_default():
     v = tf.py_function(block, [], tf.int64)
     q = tf.queue.FIFOQueue(4, tf.int64, shapes=[[]])
@@ -66,11 +63,6 @@ with tf.Graph().as_default():
 """,
     # Ctrl-C during a healthy shutdown that would wait 120 s for a stuck runner
     "long-shutdown": """
-forever, entered = threading.Event(), threading.Event()
-def block():
-    entered.set()
-    forever.wait()
-    return np.int64(1)
 with qk.QueueSession(stall_timeout_secs=None, stop_grace_secs=120) as qs:
     v = tf.py_function(block, [], tf.int64)
     q = tf.queue.FIFOQueue(4, tf.int64, shapes=[[]])
