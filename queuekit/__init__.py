@@ -10,8 +10,46 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from typing import TYPE_CHECKING
 
 from queuekit.version import __version__
+
+if TYPE_CHECKING:  # type checkers see the real names; at run time _WHERE loads them
+    # (tests/test_packaging.py checks that the two lists agree)
+    from queuekit.bench import BenchReport, benchmark
+    from queuekit.cluster.launch import LocalCluster, exit_with_parent
+    from queuekit.cluster.tasks import ClusterTask, cluster_from_env, start_server
+    from queuekit.errors import (
+        BadRecordError,
+        ClusterError,
+        CorruptRecordError,
+        DatasetError,
+        EndOfData,
+        ImageDecodeError,
+        InputNotFound,
+        MissingDependencyError,
+        OutputBusyError,
+        OutputExistsError,
+        PipelineStalled,
+        QueuekitError,
+        ShutdownTimeout,
+        UnreadableFolderError,
+        WorkLost,
+    )
+    from queuekit.pipelines.binary import FixedLengthLayout, fixed_length_batches
+    from queuekit.pipelines.builders import image_folder_batches, tfrecord_batches
+    from queuekit.pipelines.distributed import worker_inputs
+    from queuekit.pipelines.layout import RecordLayout, record_layout
+    from queuekit.records.beam_make import write_tfrecords_beam
+    from queuekit.records.export import ExportReport, export_images
+    from queuekit.records.folder import ImageFolder, scan_image_folder
+    from queuekit.records.inspect import InspectReport, inspect_tfrecords
+    from queuekit.records.labels import read_labels
+    from queuekit.records.schema import SCHEMAS, RecordSchema
+    from queuekit.records.writer import WriteReport, write_tfrecords
+    from queuekit.session.monitored import monitored_training_session
+    from queuekit.session.queue_session import QueueSession
+    from queuekit.session.runners import QueueStat
 
 
 def _has_tensorflow() -> bool:

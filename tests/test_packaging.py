@@ -5,6 +5,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 import queuekit as qk
 from queuekit.cli import main
 from tests.helpers import without_module
@@ -83,3 +85,31 @@ def test_version_does_not_load_tensorflow():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.split()[-1] == "False"
+
+
+def test_type_checkers_see_every_public_name_with_its_real_type():
+    """The TYPE_CHECKING imports of queuekit/__init__.py are exactly _WHERE's names and modules
+    (so a type checker sees real signatures: `qk.tfrecord_batches(1, 2, 3, bogus=True)` is an
+    error, it was Any)."""
+    import ast
+
+    tree = ast.parse((ROOT / "queuekit" / "__init__.py").read_text(encoding="utf-8"))
+    guarded = next(node for node in tree.body if isinstance(node, ast.If)
+                   and getattr(node.test, "id", None) == "TYPE_CHECKING")
+    seen = {alias.name: node.module for node in guarded.body
+            if isinstance(node, ast.ImportFrom) for alias in node.names}
+    assert seen == qk._WHERE
+
+
+def test_mypy_rejects_a_wrong_call_into_the_public_api(tmp_path):
+    """mypy, where installed (the lint extra), reports a bad keyword and a wrong type."""
+    api = pytest.importorskip("mypy.api")
+    user = tmp_path / "user.py"
+    user.write_text("import queuekit as qk\n\n"
+                    "qk.tfrecord_batches('f.tfrecords', bogus=True)\n"
+                    "qk.QueueSession(stop_grace_secs='soon')\n")
+    out, _, status = api.run([str(user), "--no-incremental", "--ignore-missing-imports",
+                              "--follow-imports=silent"])
+    assert status == 1, out
+    assert 'Unexpected keyword argument "bogus"' in out
+    assert '"stop_grace_secs" to "QueueSession" has incompatible type "str"' in out
