@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # type checkers see the real names; at run time _WHERE loads 
     from queuekit.pipelines.builders import image_folder_batches, tfrecord_batches
     from queuekit.pipelines.distributed import worker_inputs
     from queuekit.pipelines.layout import RecordLayout, record_layout
+    from queuekit.pipelines.padding import pad_last_batch
     from queuekit.records.beam_make import write_tfrecords_beam
     from queuekit.records.export import ExportReport, export_images
     from queuekit.records.folder import ImageFolder, scan_image_folder
@@ -72,6 +73,7 @@ _WHERE = {
     "tfrecord_batches": "queuekit.pipelines.builders",
     "image_folder_batches": "queuekit.pipelines.builders",
     "fixed_length_batches": "queuekit.pipelines.binary",
+    "pad_last_batch": "queuekit.pipelines.padding",
     "FixedLengthLayout": "queuekit.pipelines.binary",
     "record_layout": "queuekit.pipelines.layout",
     "RecordLayout": "queuekit.pipelines.layout",

@@ -380,3 +380,32 @@ def test_a_corrupt_image_read_by_a_whole_file_reader_is_named(tmp_path):
                 pass
     notes = "".join(getattr(info.value, "__notes__", []))
     assert f"the image that failed to decode is {paths[1]}" in notes
+
+
+def test_pad_last_batch_gives_static_batches_and_every_record_once(tmp_path):
+    """50 records in batches of 16: four batches of static shape [16, ...], the last padded;
+    the mask marks exactly the 50 records, each once (without it the last 2 were dropped or
+    the batch dimension was unknown)."""
+    path = _write(tmp_path / "a.tfrecords", range(50))
+    with qk.QueueSession() as qs:
+        batch = qk.pad_last_batch(qk.tfrecord_batches(path, batch_size=16, num_epochs=1), 16)
+        assert batch["image"].shape.as_list()[0] == 16 and batch["valid"].shape == (16,)
+        flat = tf.reshape(batch["image"], [16, -1])  # what a static-batch model does
+        got = list(qs.iterate([batch, flat]))
+    assert len(got) == 4 and all(f.shape[0] == 16 for _, f in got)
+    names = [n for b, _ in got for n, ok in zip(b["filename"], b["valid"]) if ok]
+    assert sorted(names) == sorted(f"id{i}".encode() for i in range(50))
+    last = got[-1][0]
+    assert last["valid"].sum() == 2 and not last["image"][2:].any()
+    assert list(last["filename"][2:]) == [b""] * 14
+
+
+def test_pad_last_batch_of_a_hand_built_batch_returns_the_mask_beside_it():
+    """A hand-built tf.train.batch (one tensor) comes back as (padded, mask)."""
+    with qk.QueueSession() as qs:
+        x = v1.train.range_input_producer(10, num_epochs=1, shuffle=False).dequeue()
+        padded, mask = qk.pad_last_batch(
+            v1.train.batch([x], batch_size=4, allow_smaller_final_batch=True), 4)
+        got = list(qs.iterate([padded, mask]))
+    assert [v[m].tolist() for v, m in got] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert got[-1][0].tolist() == [8, 9, 0, 0]
