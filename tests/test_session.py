@@ -618,3 +618,26 @@ def test_an_input_cut_by_another_queue_s_end_is_reported(caplog):
     said = [r.getMessage() for r in caplog.records if "never delivered" in r.getMessage()]
     assert len(said) == 1 and "'sync_token_q'" in said[0]
     assert "batch/fifo_queue: " in said[0]
+
+
+def test_a_session_without_with_runs_and_closes_with_the_same_guarantees(tmp_path):
+    """ResNet's eval style: sess = QueueSession(); runs; sess.close(). Every record once, a
+    runner error raised by a run, threads joined at close, no warning of a forgotten close."""
+    import warnings
+
+    with tf.Graph().as_default() as graph:
+        batch = id_reader_batch([write_id_records(tmp_path / "a.tfrecords", 30)], batch_size=7)
+        qs = qk.QueueSession(graph)
+        got = []
+        try:
+            while True:
+                got += qs.run(batch).tolist()
+        except tf.errors.OutOfRangeError:
+            pass
+        threads = qs.threads
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ResourceWarning)
+            qs.close()
+            qs.close()  # twice is fine
+    assert sorted(got) == list(range(30))
+    assert threads and not any(t.is_alive() for t in threads)
