@@ -17,6 +17,7 @@ from queuekit.version import __version__
 if TYPE_CHECKING:  # type checkers see the real names; at run time _WHERE loads them
     # (tests/test_packaging.py checks that the two lists agree)
     from queuekit.bench import BenchReport, benchmark
+    from queuekit.cluster.inputs import worker_inputs
     from queuekit.cluster.launch import LocalCluster, exit_with_parent
     from queuekit.cluster.tasks import ClusterTask, cluster_from_env, start_server
     from queuekit.errors import (
@@ -38,7 +39,6 @@ if TYPE_CHECKING:  # type checkers see the real names; at run time _WHERE loads 
     )
     from queuekit.pipelines.binary import FixedLengthLayout, fixed_length_batches
     from queuekit.pipelines.builders import image_folder_batches, tfrecord_batches
-    from queuekit.pipelines.distributed import worker_inputs
     from queuekit.pipelines.layout import RecordLayout, record_layout
     from queuekit.pipelines.padding import pad_last_batch
     from queuekit.records.beam_make import write_tfrecords_beam
@@ -84,7 +84,7 @@ _WHERE = {
     "start_server": "queuekit.cluster.tasks",
     "LocalCluster": "queuekit.cluster.launch",
     "exit_with_parent": "queuekit.cluster.launch",
-    "worker_inputs": "queuekit.pipelines.distributed",
+    "worker_inputs": "queuekit.cluster.inputs",
     "benchmark": "queuekit.bench",
     "BenchReport": "queuekit.bench",
     "ImageFolder": "queuekit.records.folder",

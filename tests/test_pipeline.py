@@ -53,6 +53,22 @@ def test_each_record_exactly_once(id_files, readers, threads, read_many, shuffle
         assert _ids(qs.iterate(b)) == list(range(148))
 
 
+def test_one_machine_graph_holds_no_op_for_features_not_asked_for(id_files):
+    """On one machine a builder adds no device probe or work-queue op; under a device function
+    (replica_device_setter) its input ops are pinned to the worker."""
+    graph = tf.Graph()
+    with graph.as_default():
+        qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1)
+    names = [op.name for op in graph.get_operations()]
+    assert not [n for n in names if "probe" in n or "work_queue" in n]
+    graph = tf.Graph()
+    with graph.as_default(), v1.device(v1.train.replica_device_setter(
+            ps_tasks=1, worker_device="/job:worker/task:1")):
+        qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1)
+    readers = [op for op in graph.get_operations() if op.type.startswith("TFRecordReader")]
+    assert readers and {op.device for op in readers} == {"/job:worker/task:1"}
+
+
 def test_two_epochs_deliver_each_record_twice(id_files):
     """num_epochs=2 delivers every record exactly twice."""
     with qk.QueueSession() as qs:

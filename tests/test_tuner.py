@@ -9,7 +9,6 @@ import pytest
 import tensorflow as tf
 
 import queuekit as qk
-from queuekit.pipelines import batching
 from queuekit.session import tuner
 from tests.helpers import run_script, signal_when_ready, write_id_records
 
@@ -74,10 +73,6 @@ def _consume_until(qs, batch, predicate, what, seconds=30.0):
             pytest.fail(f"the tuner did not {what} in {seconds} s: {_state(qs)}")
         ids += qs.run(batch)["id"].tolist()
     return ids
-
-
-def test_the_collection_name_is_the_same_on_both_sides():
-    assert batching.AUTOTUNE_COLLECTION == tuner.AUTOTUNE_COLLECTION
 
 
 def test_fixed_counts_get_no_tuner(tmp_path):

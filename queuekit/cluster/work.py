@@ -1,9 +1,10 @@
 """The work queue's contract: the ops a builder makes, the threads a session runs on them.
 
-``tfrecord_batches(work_queue="/job:ps/task:0")`` (in ``pipelines``) builds
-the ops and adds one :class:`WorkQueue` to the graph collection
-:data:`WORK_COLLECTION`; a ``QueueSession`` (in ``session``) finds it there and
-runs the threads. The two parts never import each other; both import this.
+``tfrecord_batches(work_queue="/job:ps/task:0")`` builds the ops
+(:func:`queuekit.cluster.inputs.work_queue_inputs`) and adds one
+:class:`WorkQueue` to the graph collection ``GraphKeys.WORK_QUEUES``; a
+``QueueSession`` finds it there and runs the threads
+(:mod:`queuekit.cluster.work_threads`) and their hook.
 
 The protocol, over two queues on the parameter server that every worker's
 graph names alike (``shared_name``):
@@ -37,7 +38,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-WORK_COLLECTION = "queuekit_work_queues"
 BEAT_SECS = 0.5
 MARKER = "/dev/null"  # zero records, on every POSIX host a reader may run on
 FILE_KEY = "queuekit_work_file"  # the batch component naming each record's file

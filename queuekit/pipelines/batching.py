@@ -14,15 +14,15 @@ import os
 
 import tensorflow as tf
 
+from queuekit.cluster.inputs import work_queue_inputs, worker_inputs
 from queuekit.cluster.work import FILE_KEY
-from queuekit.pipelines.distributed import work_queue_inputs, worker_inputs
+from queuekit.graph_keys import GraphKeys
 
 _v1 = tf.compat.v1
 # Default queue memory: elements of the batch queue, in bytes of uint8 images.
 QUEUE_BYTES = 64 * 2**20
 # Queues whose runners a QueueSession tunes (queuekit.session.tuner reads it; the two
 # parts do not import each other, tests/test_tuner.py checks they agree).
-AUTOTUNE_COLLECTION = "queuekit_autotune"
 # With num_readers="auto", each read takes about this many bytes of small records.
 AUTO_READ_BYTES = 256 * 2**10
 AUTO_READ_MANY_MAX = 32
@@ -87,7 +87,7 @@ def tuned_order(readers: list, num_threads: int) -> list:
 def mark_tuned() -> None:
     """Name the batch queue just built (the last runner added) for the session's tuner."""
     runner = tf.compat.v1.get_collection(_v1.GraphKeys.QUEUE_RUNNERS)[-1]
-    tf.compat.v1.add_to_collection(AUTOTUNE_COLLECTION, runner.queue.queue_ref.op.name)
+    tf.compat.v1.add_to_collection(GraphKeys.AUTOTUNE, runner.queue.queue_ref.op.name)
 
 
 @contextlib.contextmanager

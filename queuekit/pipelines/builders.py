@@ -15,6 +15,14 @@ import os
 
 import tensorflow as tf
 
+from queuekit.cluster.inputs import (
+    REMOTE_READ_MANY,
+    file_of,
+    keep_shard,
+    shard_files,
+    worker_device,
+    worker_inputs,
+)
 from queuekit.cluster.work import FILE_KEY
 from queuekit.errors import DatasetError
 from queuekit.pipelines.batching import (
@@ -31,14 +39,6 @@ from queuekit.pipelines.batching import (
     shuffle_sizes,
 )
 from queuekit.pipelines.decode import DecodeOptions, resized
-from queuekit.pipelines.distributed import (
-    REMOTE_READ_MANY,
-    file_of,
-    keep_shard,
-    shard_files,
-    worker_device,
-    worker_inputs,
-)
 from queuekit.pipelines.layout import parse_records, record_layout
 from queuekit.records.files import check_files, compression_of_all, expand_files
 from queuekit.records.folder import ImageFolder, scan_image_folder
@@ -142,7 +142,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
 
     On a cluster the input is pinned to this worker (:func:`~queuekit.worker_inputs`)
     and, unless ``read_many`` or ``parse_fn`` is given, reads
-    :data:`~queuekit.pipelines.distributed.REMOTE_READ_MANY` records per step.
+    :data:`~queuekit.cluster.inputs.REMOTE_READ_MANY` records per step.
 
     Raises:
         InputNotFound: a file, glob or directory matches nothing (at build time).
@@ -153,7 +153,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
     if record_shard and parse_fn is not None and not read_many:
         raise ValueError("shard_by='record' with parse_fn needs read_many (parse_fn then "
                          "gets a vector of records, the shard's share of each read)")
-    device = worker_device()  # once: each call adds a probe op to the graph
+    device = worker_device()  # once: on a cluster each call adds a probe op to the graph
     if read_many is None and parse_fn is None and (record_shard or device):
         read_many = REMOTE_READ_MANY
     opts = Batching(batch_size, num_epochs, shuffle, seed, num_readers, num_threads, read_many,

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 class RunPolicy:
     """Runs a session's steps and raises what its threads left behind."""
 
-    def __init__(self, state: RunState):
+    def __init__(self, state: RunState, coord, runners, signals):
         self.state = state
         self.ended = False  # EndOfData (or Ctrl-C) ended the input
         self._error_reported = False  # the runner error reached the caller once
@@ -32,11 +32,6 @@ class RunPolicy:
         # raises it, also when it is the runner error a run raised before (an eval loop's
         # `except Exception as e: coord.request_stop(e)` must not end in exit 0).
         self.requested: BaseException | None = None
-        self._coord = None
-        self._runners = None
-        self._signals = None
-
-    def attach(self, coord, runners, signals) -> None:
         self._coord = coord
         self._runners = runners
         self._signals = signals
@@ -84,20 +79,19 @@ class RunPolicy:
             raise self.state.stall from cause
 
     def _dispatch_signals(self) -> None:
-        if self._signals is not None and self._signals.pending:
+        if self._signals.pending:
             if self.state.woken_by is not None:
                 self.ended = True  # the pipeline was stopped to let the signal through
             self._signals.dispatch()
 
     def pending_error(self) -> BaseException | None:
         """The first runner error, else an exception given to ``coordinator.request_stop``."""
-        if self._runners is not None and self._runners.failure is not None:
+        if self._runners.failure is not None:
             return self._runners.failure.exception
-        if self._coord is not None:
-            try:
-                self._coord.raise_requested_exception()
-            except BaseException as e:  # noqa: BLE001 - returned, raised by the caller
-                return e
+        try:
+            self._coord.raise_requested_exception()
+        except BaseException as e:  # noqa: BLE001 - returned, raised by the caller
+            return e
         return None
 
     def after_close(self, *, body_failed: bool, stuck: list[str], grace: float) -> None:

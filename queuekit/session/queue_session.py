@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Iterator, Sequence
@@ -17,10 +18,9 @@ from queuekit.errors import DatasetError, EndOfData
 from queuekit.records.files import check_files, check_sizes, resized, sizes
 from queuekit.session.diagnose import fixed_length_inputs, tfrecord_files
 from queuekit.session.hooked_run import run_with_hooks
-from queuekit.session.policy import PartialRun, RunPolicy, ended_queue
+from queuekit.session.policy import PartialRun, ended_queue
 from queuekit.session.queue_ops import queue_ops
 from queuekit.session.reads import ReadsCache
-from queuekit.session.run_state import RunState
 from queuekit.session.runners import QueueStat
 from queuekit.session.start import Initializer, program_graph, session_config
 from queuekit.session.threads import SessionThreads
@@ -125,17 +125,16 @@ class QueueSession(SessionInterface):
         self._grace = float(stop_grace_secs)
         self._stall_timeout = None if stall_timeout_secs is None else float(stall_timeout_secs)
         self._hooks = list(hooks)
-        self._sess: Any = None
-        self._threads: SessionThreads | None = None
+        self._sess: Any = None  # the Session: made at start, or earlier by `.session`
+        # Everything a started session runs: Coordinator, threads, run policy. None until the
+        # first run (or start()): the program builds its pipeline inside `with` first.
+        self._running: SessionThreads | None = None
         self._init = Initializer(self._graph, checkpoint_dir, chief=is_chief)
         self._reads = ReadsCache(self._graph)
         self._input_sizes: dict[str, int] = {}  # at start: a file cut or grown under a reader
         self._graph_ctx: Any = None
         self._closed = False
         self._hook_stop = False  # a hook's run_context.request_stop()
-        # Shared with the watchdog and the SIGINT router, which run in other threads.
-        self._state = RunState()
-        self._policy = RunPolicy(self._state)
         self._pid = os.getpid()  # a forked child must not use the parent's session or threads
         self._finalizer: weakref.finalize | None = None
 
@@ -195,25 +194,26 @@ class QueueSession(SessionInterface):
     @property
     def coordinator(self) -> Any:
         """The Coordinator of the runner threads (None before the first run)."""
-        return self._threads.coord if self._threads else None
+        return self._running.coord if self._running else None
 
     @property
     def threads(self) -> list[threading.Thread]:
         """The runner threads started so far."""
-        return list(self._threads.runners.threads) if self._threads else []
+        return list(self._running.runners.threads) if self._running else []
 
     def queue_stats(self) -> list[QueueStat]:
         """Name, current size, capacity and closed state of every queue that has a runner."""
-        return self._threads.runners.stats() if self._threads else []
+        return self._running.runners.stats() if self._running else []
 
     def tuning(self) -> dict[str, Tuning]:
         """Per ``"auto"`` queue: active thread count, maximum and the tuner's decisions."""
-        return self._threads.tuning() if self._threads else {}
+        return self._running.tuning() if self._running else {}
 
     def should_stop(self) -> bool:
         """True once the input ended, a stop was requested or a thread failed."""
-        return (self._policy.ended or self._hook_stop or self._closed
-                or (self._threads is not None and self._threads.coord.should_stop()))
+        running = self._running
+        return self._hook_stop or self._closed or (running is not None and (
+            running.policy.ended or running.coord.should_stop()))
 
     def request_stop(self, exc: BaseException | None = None) -> None:
         """Ask the runner threads to stop; ``exc`` is re-raised by the next run or on exit.
@@ -222,14 +222,13 @@ class QueueSession(SessionInterface):
         caught and handed back here (even one a run raised, with queuekit's note on
         the file and record) is raised when the session closes, so the program
         fails as the original did."""
-        if exc is not None and self._policy.requested is None:
-            self._policy.requested = exc
-        self._ensure_started()
+        running = self._ensure_started()
+        if exc is not None and running.policy.requested is None:
+            running.policy.requested = exc
         # A tuple, because the Coordinator otherwise reads sys.exc_info(), which is
         # only right inside the except block that caught exc.
         info = None if exc is None else (type(exc), exc, exc.__traceback__)
-        assert self._threads is not None  # started just above
-        self._threads.coord.request_stop(info)
+        running.coord.request_stop(info)
 
     def start(self) -> QueueSession:
         """Create (restore, initialise) the session and start the threads now (idempotent;
@@ -246,39 +245,36 @@ class QueueSession(SessionInterface):
             PipelineStalled: the run was blocked too long (see the class docs).
             Exception: the first error of a runner thread, as it was raised there.
         """
-        self._ensure_started()
-        self._policy.raise_pending(None)
-        if not self._hooks:
+        running = self._ensure_started()
+        running.policy.raise_pending(None)
+        hooks = self._hooks + running.hooks  # the program's, then those of queuekit's features
+        if not hooks:
             return self._step(fetches, feed_dict, options, run_metadata)
-        result, stop = run_with_hooks(self._hooks, self._sess, self._step, fetches,
+        result, stop = run_with_hooks(hooks, self._sess, self._step, fetches,
                                       feed_dict, options, run_metadata)
         if stop:
             self._hook_stop = True
         return result
 
     def _step(self, fetches, feed_dict, options, run_metadata):
-        reads = self._reads(fetches)
-        assert self._threads is not None  # started by the caller
-        extra = self._threads.work_fetches(reads)  # a work queue's files: done once consumed
+        assert self._running is not None  # started by the caller
         try:
-            result = self._policy.run(self._sess, (fetches, extra), feed_dict, options,
-                                      run_metadata, reads=reads)
+            return self._running.policy.run(self._sess, fetches, feed_dict, options,
+                                            run_metadata, reads=self._reads(fetches))
         except EndOfData as end:
             self._check_unchanged(end)
             self._report_cut_input(end)
             raise
-        self._threads.consumed(result[1])
-        return result[0]
 
     def partial_run_setup(self, fetches, feeds=None):  # on the session, without the policy
         return self.start().session.partial_run_setup(fetches, feeds)
 
     def partial_run(self, handle, fetches, feed_dict=None):
         """``Session.partial_run`` with the run policy."""
-        self._ensure_started()
-        self._policy.raise_pending(None)
-        return self._policy.run(PartialRun(self._sess, handle), fetches, feed_dict, None, None,
-                                reads=self._reads(fetches))
+        policy = self._ensure_started().policy
+        policy.raise_pending(None)
+        return policy.run(PartialRun(self._sess, handle), fetches, feed_dict, None, None,
+                          reads=self._reads(fetches))
 
     def iterate(self, fetches, feed_dict=None) -> Iterator[Any]:
         """Yield ``run(fetches, feed_dict)`` until end of data, a stop request or an error."""
@@ -289,7 +285,8 @@ class QueueSession(SessionInterface):
             except EndOfData:
                 return
             yield value
-        self._policy.raise_pending(None)
+        if self._running is not None:
+            self._running.policy.raise_pending(None)
 
     # -- starting ------------------------------------------------------------
     def _check_open(self) -> None:
@@ -304,15 +301,15 @@ class QueueSession(SessionInterface):
     def _collection(self) -> list:
         return self._graph.get_collection(_v1.GraphKeys.QUEUE_RUNNERS)
 
-    def _ensure_started(self) -> None:
+    def _ensure_started(self) -> SessionThreads:
         self._check_open()
-        if self._threads is not None:
-            if self._threads.has_new_runners():  # runners added after the first run
+        if self._running is not None:
+            if self._running.has_new_runners():  # runners added after the first run
                 if self._initialize:
                     self._init.uninitialized(self._sess)
                 self._check_inputs()
-                self._threads.start_new_runners()
-            return
+                self._running.start_new_runners()
+            return self._running
         # The order of MonitoredSession: hooks' begin, (the creator finalizes the graph),
         # the session, runner threads, then after_create_session.
         with self._graph.as_default():
@@ -328,16 +325,17 @@ class QueueSession(SessionInterface):
             if self._initialize and self._creator is None:
                 self._init.first(sess)
             self._check_inputs()
-        self._threads = SessionThreads(
-            self._graph, sess, self._state, self._stall_timeout, self._grace,
+        running = SessionThreads(
+            self._graph, sess, self._reads, self._stall_timeout, self._grace,
             task=self._task.device if self._task else self._target, chief=self._init.chief)
-        self._policy.attach(self._threads.coord, self._threads.runners, self._threads.signals)
         # Dropped without close(): warn as an unclosed file does, and stop the threads.
-        self._finalizer = weakref.finalize(self, _abandoned, self._threads, self._pid)
+        self._finalizer = weakref.finalize(self, _abandoned, running, self._pid)
         self._finalizer.atexit = False  # at exit the daemon threads just end with the process
-        self._threads.start_new_runners()
+        self._running = running
+        running.start()
         for hook in self._hooks:
-            hook.after_create_session(sess, self._threads.coord)
+            hook.after_create_session(sess, running.coord)
+        return running
 
     def _check_inputs(self) -> None:
         """Walk the framing of every TFRecord file and check the size of every fixed-length
@@ -391,35 +389,42 @@ class QueueSession(SessionInterface):
             self._closed = True  # the parent's session and threads are the parent's to stop
             return
         grace = self._grace if grace is None else grace
-        self._state.closing = True
+        running = self._running
+        if running is None:  # never started: no thread, nothing pending
+            self._closed = True
+            if self._sess is not None:
+                _close_session(self._sess, self._target, time.monotonic() + grace)
+            return
+        running.state.closing = True
         stuck: list[str] = []
         try:
-            if self._threads and clean_end and self._policy.pending_error() is None:
+            if clean_end and running.policy.pending_error() is None:
                 for hook in self._hooks:
                     hook.end(self._sess)
         finally:
-            if self._threads:
-                stuck = self._threads.stop(grace)
+            # One deadline for the whole stop, as Coordinator.join has. A remote session's
+            # close is what cancels a step blocked on a ps (a relay's take): half is kept for it.
+            deadline = time.monotonic() + grace
+            stuck = running.stop(deadline - grace / 2 if self._target else deadline)
             self._closed = True
-            if self._sess is not None and (not stuck or self._target):
-                # A remote session cancels its blocked steps (a ps take).
-                _close_session(self._sess, self._target, grace)
-                stuck = self._threads.still_alive(grace) if stuck and self._threads else []
-        self._policy.after_close(body_failed=body_failed, stuck=stuck, grace=grace)
+            if not stuck or self._target:
+                _close_session(self._sess, self._target, deadline)
+                stuck = running.still_alive(deadline) if stuck else []
+        running.policy.after_close(body_failed=body_failed, stuck=stuck, grace=grace)
 
 
-def _close_session(sess, target: str, grace: float) -> None:
-    """``sess.close()``, within ``grace`` seconds for a remote one: TF's close of a session
-    whose master or ps died blocks for ever (the job would hang at its end)."""
+def _close_session(sess, target: str, deadline: float) -> None:
+    """``sess.close()``, by ``deadline`` for a remote one: TF's close of a session whose
+    master or ps died blocks for ever (the job would hang at its end)."""
     if not target:
         sess.close()
         return
     closing = threading.Thread(target=sess.close, name="queuekit-close", daemon=True)
     closing.start()
-    closing.join(grace)
+    closing.join(max(0.1, deadline - time.monotonic()))
     if closing.is_alive():
-        log.warning("closing the session on %s did not finish within %g s (its master or a "
-                    "ps is gone?): left to a daemon thread", target, grace)
+        log.warning("closing the session on %s did not finish in time (its master or a "
+                    "ps is gone?): left to a daemon thread", target)
 
 
 def _abandoned(threads: SessionThreads, pid: int) -> None:

@@ -1,54 +1,70 @@
-"""The threads of a started session, started and stopped together.
+"""A started session: its threads, started and stopped together, and its run policy.
 
 One :class:`SessionThreads` holds the Coordinator, the runner threads, the
-stall watchdog and the session's registration with the SIGINT router. Its
+stall watchdog, the session's registration with the SIGINT router, the
+threads and hooks of the features the graph uses (tuners, work queues) and
+the :class:`RunPolicy` that raises what they find. Its
 :meth:`~SessionThreads.stop` follows ``_CoordinatedSession.close``: request
 stop; make room in full queues so blocked runners finish their step (no
 cancellation noise); close every queue with ``cancel_pending_enqueues=True`` so
-nothing stays blocked; join within the grace period. Only then may the session
+nothing stays blocked; join them all by one deadline. Only then may the session
 be closed, because closing it under a running step would block.
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 import tensorflow as tf
 
 from queuekit.cluster.tasks import local_task, task_of, unreachable_tasks
-from queuekit.cluster.work import WORK_COLLECTION
+from queuekit.cluster.work_threads import WorkThreads
+from queuekit.graph_keys import GraphKeys
 from queuekit.session.diagnose import empty_files
 from queuekit.session.interrupt import ROUTER, SessionSignals
+from queuekit.session.policy import RunPolicy
 from queuekit.session.queue_ops import queue_ops, sync_tokens
-from queuekit.session.reads import queue_op, queues_read
+from queuekit.session.reads import ReadsCache, queue_op, queues_read
 from queuekit.session.run_state import RunState
 from queuekit.session.runners import RunnerSet
 from queuekit.session.stall import StallWatch
-from queuekit.session.tuner import AUTOTUNE_COLLECTION, Gate, Tuner, Tuning, first_count
-from queuekit.session.work import WorkThreads
+from queuekit.session.tuner import Gate, Tuner, Tuning, first_count
 
 
 class SessionThreads:
     """Coordinator, runner threads, watchdog and signal routing of one session."""
 
-    def __init__(self, graph: tf.Graph, sess, state: RunState, stall_timeout: float | None,
+    def __init__(self, graph: tf.Graph, sess, reads: ReadsCache, stall_timeout: float | None,
                  grace: float, *, task: str = "", chief: bool = True):
         self._graph = graph
         self._sess = sess
+        self._reads = reads
         self._task = task or "local"
         self._chief = chief
         self._work: dict[int, WorkThreads] = {}  # id(WorkQueue) -> its threads
+        # Shared with the watchdog and the SIGINT router, which run in other threads.
+        self.state = RunState()
         self.coord = tf.compat.v1.train.Coordinator()
         self.runners = RunnerSet(sess, self.coord, queue_ops(graph), chief=chief)
-        self.signals = SessionSignals(state, self.wake, grace)
-        self._routed = ROUTER.register(self.signals)
+        self.signals = SessionSignals(self.state, self.wake, grace)
+        self.policy = RunPolicy(self.state, self.coord, self.runners, self.signals)
+        self._routed = False
         self._watch = None
         if stall_timeout is not None:
-            self._watch = StallWatch(state, self.runners, queue_ops(graph), stall_timeout,
+            self._watch = StallWatch(self.state, self.runners, queue_ops(graph), stall_timeout,
                                      self.wake, self._describe_stall)
-            self._watch.start()
         self._n_runners = 0
         self._tuners: list[Tuner] = []
+        # Hooks of the features this graph uses (a work queue's acks), run after the program's.
+        self.hooks: list = []
+
+    def start(self) -> None:
+        """Route signals to this session and start the watchdog and every runner."""
+        self._routed = ROUTER.register(self.signals)
+        if self._watch is not None:
+            self._watch.start()
+        self.start_new_runners()
 
     def start_new_runners(self) -> bool:
         """Start the graph's queue runners not started yet; True if there were any."""
@@ -57,7 +73,7 @@ class SessionThreads:
         if len(runners) == self._n_runners:
             return False
         queue_ops(self._graph).update(runners)
-        tuned = {os.fsdecode(n) for n in self._graph.get_collection(AUTOTUNE_COLLECTION)}
+        tuned = {os.fsdecode(n) for n in self._graph.get_collection(GraphKeys.AUTOTUNE)}
         tuners = []
         for qr in runners[self._n_runners:]:
             name = qr.queue.queue_ref.op.name
@@ -74,7 +90,8 @@ class SessionThreads:
         return True
 
     def _start_work(self) -> None:
-        works = [w for w in self._graph.get_collection(WORK_COLLECTION) if id(w) not in self._work]
+        works = [w for w in self._graph.get_collection(GraphKeys.WORK_QUEUES)
+                 if id(w) not in self._work]
         if not works:
             return
         # A batch that a runner moves on (a second queue) is consumed out of our sight:
@@ -82,21 +99,14 @@ class SessionThreads:
         runners = self._graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
         moved_on = set(queues_read([op for qr in runners for op in qr.enqueue_ops]))
         for work in works:
+            batch = _batch_queue(work)
             threads = self._work[id(work)] = WorkThreads(
                 self._sess, self.coord, work, self._task, self._chief,
                 lambda e, name, w=work.name: self.runners.fail(e, name, w),
-                by_consumption=_batch_queue(work) not in moved_on)
+                by_consumption=batch not in moved_on)
+            if threads.by_consumption:
+                self.hooks.append(threads.hook(lambda fetches, q=batch: q in self._reads(fetches)))
             threads.start()
-
-    def work_fetches(self, reads) -> dict[int, tf.Tensor]:
-        """The file names to fetch with a run that dequeues ``reads``, by work queue."""
-        return {key: w.work.consumed for key, w in self._work.items()
-                if w.by_consumption and _batch_queue(w.work) in reads}
-
-    def consumed(self, files: dict) -> None:
-        """What :meth:`work_fetches` fetched."""
-        for key, names in files.items():
-            self._work[key].consumed(names)
 
     def tuning(self) -> dict[str, Tuning]:
         """Per tuned queue: the active thread count now, and the tuner's decisions."""
@@ -131,11 +141,12 @@ class SessionThreads:
         return [t for w in self._work.values() for t in w.threads] + [
             t.thread for t in self._tuners]
 
-    def still_alive(self, grace: float) -> list[str]:
-        """After the session was closed: names of the threads still alive ``grace`` s on."""
-        stuck = self.runners.join(grace)
+    def still_alive(self, deadline: float) -> list[str]:
+        """After the session was closed: names of the threads still alive at ``deadline``
+        (``time.monotonic()``)."""
+        stuck = self.runners.join(_left(deadline))
         for thread in self._others():
-            thread.join(0.1)
+            thread.join(_left(deadline))
         return stuck + [t.name for t in self._others() if t.is_alive()]
 
     def abandon(self) -> None:
@@ -149,26 +160,29 @@ class SessionThreads:
         if self._routed:
             ROUTER.unregister(self.signals)
 
-    def stop(self, grace: float) -> list[str]:
-        """Stop and join every thread within ``grace`` seconds; names of those still alive."""
+    def stop(self, deadline: float) -> list[str]:
+        """Stop every thread and join them all by ``deadline`` (``time.monotonic()``); the
+        names of those still alive then."""
         self.coord.request_stop()
         self.runners.open_gates()  # paused threads see the stop
         if not self.runners.cancelled:
-            self.runners.drain(min(0.5, grace / 2))
+            self.runners.drain(min(0.5, _left(deadline) / 2))
         self.runners.cancel()
-        stuck = self.runners.join(grace)
+        stuck = self.runners.join(_left(deadline))
         # A work relay blocked taking from the ps (the chief has no file for it yet) is not
         # woken by our stop: closing a remote session cancels that step (still_alive).
-        others = self._others()
-        for thread in others:
-            thread.join(max(0.1, grace / 2))
-            if thread.is_alive():
-                stuck.append(thread.name)
+        for thread in self._others():
+            thread.join(_left(deadline))
+        stuck += [t.name for t in self._others() if t.is_alive()]
         if self._watch is not None:
-            self._watch.stop(grace)
+            self._watch.stop(_left(deadline))
         if self._routed:
             ROUTER.unregister(self.signals)
         return stuck
+
+
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
 
 
 def _batch_queue(work) -> str:

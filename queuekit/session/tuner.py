@@ -1,7 +1,7 @@
 """AUTOTUNE for queue runners: how many of a runner's threads are active, tuned while it runs.
 
 A builder asked for ``"auto"`` builds ``max`` reader threads and names their
-queue in the graph collection :data:`AUTOTUNE_COLLECTION`. The session gives
+queue in the graph collection :data:`queuekit.graph_keys.GraphKeys.AUTOTUNE`. The session gives
 that runner a :class:`Gate` (thread i enqueues only while i < active) and a
 :class:`Tuner` thread, which hill-climbs like ``tf.data``'s AUTOTUNE:
 
@@ -46,7 +46,6 @@ log = logging.getLogger("queuekit.tune")
 # The graph collection of queue names whose runners are tuned. The builders in
 # queuekit.pipelines add to it (pipelines and session do not import each other;
 # tests/test_tuner.py checks both spell it the same).
-AUTOTUNE_COLLECTION = "queuekit_autotune"
 LOW, HIGH = 0.25, 0.75  # queue fill below which input is starving, above which it leads
 MARGIN = 0.05  # a rate or CPU change within this fraction is noise; beyond it, a gain or a loss
 WINDOW_SECS = 0.75  # one measurement

@@ -1,7 +1,7 @@
 """The chief's books of a work queue: what was filled, taken by whom, read, done, lost.
 
 The protocol is in :mod:`queuekit.cluster.work`; the threads that feed the
-books are in :mod:`queuekit.session.work`.
+books are in :mod:`queuekit.cluster.work_threads`.
 """
 
 from __future__ import annotations

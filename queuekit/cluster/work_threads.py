@@ -12,10 +12,10 @@ from typing import Any
 
 import tensorflow as tf
 
+from queuekit.cluster.books import Books
 from queuekit.cluster.work import BEAT_SECS, MARKER, WorkQueue, entry_path
 from queuekit.errors import WorkLost
 from queuekit.records.tfrecord import Record, scan_records
-from queuekit.session.books import Books
 
 log = logging.getLogger("queuekit.cluster")
 _BOOKS_SECS = 0.1
@@ -114,6 +114,11 @@ class WorkThreads:
         with self._lock:
             self._credit.update(os.fsdecode(f) for f in files)
 
+    def hook(self, dequeues) -> ConsumedFiles:
+        """The hook that reports what each run consumed; ``dequeues(fetches)``: whether a
+        run of ``fetches`` takes a batch out of this work queue's batch queue."""
+        return ConsumedFiles(self, dequeues)
+
     def _ack(self) -> int:
         """Report the files read and the files done (consumed); how many are not done."""
         with self._lock:
@@ -176,3 +181,21 @@ class WorkThreads:
                 f"{', '.join(sorted(books.lost_tasks))} were never finished: "
                 f"{', '.join(sorted({entry_path(e) for e in books.lost}))}",
                 files=[entry_path(e) for e in books.lost], tasks=sorted(books.lost_tasks))
+
+
+class ConsumedFiles(tf.compat.v1.train.SessionRunHook):
+    """Fetches the file of each record with the run that takes its batch, so a file is done
+    once its records reached a step (the session runs it after the program's hooks)."""
+
+    def __init__(self, threads: WorkThreads, dequeues):
+        self._threads = threads
+        self._dequeues = dequeues
+
+    def before_run(self, run_context):
+        if self._dequeues(run_context.original_args.fetches):
+            return tf.compat.v1.train.SessionRunArgs(self._threads.work.consumed)
+        return None
+
+    def after_run(self, run_context, run_values):
+        if run_values.results is not None:
+            self._threads.consumed(run_values.results)

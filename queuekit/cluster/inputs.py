@@ -14,8 +14,9 @@ import contextlib
 import tensorflow as tf
 
 from queuekit.cluster.tasks import local_task
-from queuekit.cluster.work import ON_LOST, WORK_COLLECTION, WorkQueue
+from queuekit.cluster.work import ON_LOST, WorkQueue
 from queuekit.errors import DatasetError
+from queuekit.graph_keys import GraphKeys
 
 _v1 = tf.compat.v1
 # Records a remote worker reads per step when nobody said: each run is a network round trip
@@ -31,12 +32,17 @@ def worker_device(graph: tf.Graph | None = None) -> str:
     one server this process started (``qk.start_server``).
     """
     graph = graph or _v1.get_default_graph()
+    task = local_task()
+    # No device function in force and no server: one machine, and no probe op in its graph.
+    # (The stack is private; a TF without it gets the probe.)
+    stack = getattr(graph, "_device_function_stack", None)
+    if stack is not None and task is None and not len(stack):
+        return ""
     with graph.as_default(), tf.name_scope("queuekit_device_probe"):
         device = tf.no_op().device  # an op the device functions place like any input op
     spec = tf.DeviceSpec.from_string(device)
     if spec.job and spec.task is not None:
         return tf.DeviceSpec(job=spec.job, task=spec.task).to_string()
-    task = local_task()
     return task.device if task is not None else ""
 
 
@@ -129,5 +135,5 @@ def work_queue_inputs(device: str, files, n_readers: int, *, name: str, num_epoc
                          local_puts=[q.enqueue([local_path]) for q in local],
                          local_path=local_path, local_closes=[q.close() for q in local],
                          local_sizes=[q.size() for q in local], **ops)
-    _v1.add_to_collection(WORK_COLLECTION, work)  # the session runs its threads from there
+    _v1.add_to_collection(GraphKeys.WORK_QUEUES, work)  # the session runs its threads from there
     return local, work
