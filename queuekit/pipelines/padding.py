@@ -25,7 +25,7 @@ def pad_last_batch(batch: Any, batch_size: int, *, mask_key: str = "valid") -> A
     every record of an epoch weighs by it::
 
         batch = qk.pad_last_batch(qk.tfrecord_batches(files, batch_size=100, num_epochs=1), 100)
-        hits = tf.nn.in_top_k(logits, batch["label"], 1) & batch["valid"]
+        hits = tf.compat.v1.nn.in_top_k(logits, batch["label"], 1) & batch["valid"]
 
     Returns:
         A dict batch gets the mask as ``batch[mask_key]``; any other structure
