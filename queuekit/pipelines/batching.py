@@ -32,9 +32,9 @@ def default_max_threads() -> int:
     """The most readers ``"auto"`` builds (threads, for ``image_folder_batches``).
 
     8, or the number of cores up to 16. More than the cores: on 2 cores, 8
-    reader threads read raw 256x256x3 records 1.8x faster than 1 and 1.35x
-    faster than 2 (README, Benchmarks); the tuner runs only those that pay,
-    and a paused one costs a blocked thread.
+    reader threads read raw 256x256x3 records faster than 1 or 2 (measured in
+    ``docs/benchmarks.rst``); the tuner runs only those that pay, and a paused
+    one costs a blocked thread.
     """
     return max(8, min(os.cpu_count() or 1, 16))
 
@@ -57,11 +57,11 @@ def auto_read_many(read_many: int | None, num_readers, record_bytes: int) -> int
     """Records per read: ``read_many`` as given, or for ``"auto"`` readers of small records, more.
 
     Each read is a session step, and a step costs about the same whatever it
-    carries: for the demo's 27 KB records, reading 8 per step raised the tuned
-    pipeline from about 25,000 to 35,000 records/s on 2 cores with 10% less
-    CPU (README, Autotune). Large records lose by it: 2 per step of 196 KB
-    records ran 15% slower (likely ``enqueue_many``, which copies each record
-    under the queue's lock while the dequeue waits). So about
+    carries: for the demo's 27 KB records, reading 8 per step made the tuned
+    pipeline faster with less CPU (``docs/autotune.rst``). Large records lose
+    by it: 2 per step of 196 KB records ran slower (likely ``enqueue_many``,
+    which copies each record under the queue's lock while the dequeue waits).
+    So about
     :data:`AUTO_READ_BYTES` per read, and none below 4 records. 0 means one
     record per read (no ``read_up_to``); ``None`` with fixed readers too.
     """
@@ -246,9 +246,8 @@ def normalized(image_uint8: tf.Tensor) -> tf.Tensor:
     ``Dequantize`` of the same bytes seen as quint8 computes ``min + x * (max
     - min) / 255``, which for min=-0.5, max=0.5 is the seed's formula bit for
     bit. Cast, multiply and subtract are three passes over a 25 MB float
-    batch (32 x 256x256x3) on the step's critical path; this is one, and it
-    made the fastest configurations about 1.3x faster on 2 cores (README,
-    Benchmarks).
+    batch (32 x 256x256x3) on the step's critical path; this is one, which
+    made the fastest configurations faster (``docs/benchmarks.rst``).
     """
     as_quint8 = tf.bitcast(image_uint8, tf.quint8)  # a view: same bytes, no copy
     return tf.quantization.dequantize(as_quint8, -0.5, 0.5, mode="MIN_COMBINED")

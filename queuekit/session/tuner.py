@@ -57,10 +57,9 @@ def first_count(total: int) -> int:
     """Active threads at the start: half of ``total``.
 
     On this project's 2-core machine every fixed grid was near its best from
-    four reader threads up, and each step up from below costs a window of
-    about 0.9 s at a slower count (from two threads: about 7,000 instead of
-    8,500 records/s in each run's first second on workload a). Half leaves
-    room to climb; a full queue still tries fewer.
+    four reader threads up, and each step up from below costs a window at a
+    slower count (``docs/autotune.rst``). Half leaves room to climb; a full
+    queue still tries fewer.
     """
     return max(1, total // 2)
 
