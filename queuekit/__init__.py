@@ -1,17 +1,19 @@
 """queuekit: safe and fast TF1 graph-mode queue input pipelines.
 
-The public names are listed in ``__all__`` with the module that defines each;
-a name's module (and so TensorFlow) is imported when the name is first used,
-so that ``queuekit --version`` and ``make``'s worker processes start without
-TensorFlow, and the CLI can quiet TensorFlow's start-up log before it loads.
+``__all__`` is the core: the session, the builders and the errors a training
+loop meets. The dataset tools are in :mod:`queuekit.records`, the cluster's
+names in :mod:`queuekit.cluster`, every exception in :mod:`queuekit.errors`,
+the benchmark in :mod:`queuekit.bench`; their names also resolve here, as
+they did before 0.9. A name's module (and so TensorFlow) is imported when the
+name is first used (:mod:`queuekit.lazy`).
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 from typing import TYPE_CHECKING
 
+from queuekit.lazy import exports
 from queuekit.version import __version__
 
 if TYPE_CHECKING:  # type checkers see the real names; at run time _WHERE loads them
@@ -114,21 +116,20 @@ _WHERE = {
     "WorkLost": "queuekit.errors",
 }
 
-__all__ = ["__version__", *_WHERE]
+__all__ = [
+    "__version__", "QueueSession", "monitored_training_session", "QueueStat",
+    "tfrecord_batches", "image_folder_batches", "fixed_length_batches", "pad_last_batch",
+    "RecordSchema", "SCHEMAS", "FixedLengthLayout",
+    "QueuekitError", "EndOfData", "PipelineStalled", "ShutdownTimeout", "DatasetError",
+    "BadRecordError", "CorruptRecordError",
+]
 
 
-def __getattr__(name: str):
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'queuekit' has no attribute {name!r}")
-    # Checked here, not on import: Beam's workers import queuekit.records.beam_fn,
-    # which needs no TensorFlow, where none is installed.
+def _check_tensorflow() -> None:
+    # Here, not on import: Beam's workers import queuekit.records.beam_fn, which needs no
+    # TensorFlow, where none is installed.
     if not _has_tensorflow():
         raise ImportError(_NO_TENSORFLOW)
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later look-ups are plain attribute reads
-    return value
 
 
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = exports(globals(), _WHERE, _check_tensorflow)

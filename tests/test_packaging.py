@@ -87,18 +87,39 @@ def test_version_does_not_load_tensorflow():
     assert out.stdout.split()[-1] == "False"
 
 
-def test_type_checkers_see_every_public_name_with_its_real_type():
-    """The TYPE_CHECKING imports of queuekit/__init__.py are exactly _WHERE's names and modules
-    (so a type checker sees real signatures: `qk.tfrecord_batches(1, 2, 3, bogus=True)` is an
-    error, it was Any)."""
+@pytest.mark.parametrize("package", ["queuekit", "queuekit.records", "queuekit.cluster"])
+def test_type_checkers_see_every_public_name_with_its_real_type(package):
+    """A package's TYPE_CHECKING imports are exactly its _WHERE's names and modules (so a
+    type checker sees real signatures: `qk.tfrecord_batches(1, 2, 3, bogus=True)` is an
+    error, it was Any), and every name resolves at run time to that module's object."""
     import ast
+    import importlib
 
-    tree = ast.parse((ROOT / "queuekit" / "__init__.py").read_text(encoding="utf-8"))
+    path = ROOT.joinpath(*package.split("."), "__init__.py")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
     guarded = next(node for node in tree.body if isinstance(node, ast.If)
                    and getattr(node.test, "id", None) == "TYPE_CHECKING")
     seen = {alias.name: node.module for node in guarded.body
             if isinstance(node, ast.ImportFrom) for alias in node.names}
-    assert seen == qk._WHERE
+    where = importlib.import_module(package)._WHERE
+    assert seen == where
+    for name, module in where.items():
+        assert getattr(importlib.import_module(package), name) is getattr(
+            importlib.import_module(module), name)
+
+
+def test_the_core_is_small_and_every_earlier_name_still_resolves():
+    """qk.__all__ is the core; the tools and the cluster's names are in their subpackages and,
+    as before, under qk too."""
+    import queuekit.cluster
+    import queuekit.records
+
+    assert len(qk.__all__) <= 20
+    assert qk.write_tfrecords is queuekit.records.write_tfrecords
+    assert qk.start_server is queuekit.cluster.start_server
+    assert set(queuekit.records.__all__) | set(queuekit.cluster.__all__) <= set(qk._WHERE)
+    with pytest.raises(AttributeError, match="no attribute 'bogus'"):
+        queuekit.records.bogus  # noqa: B018
 
 
 def test_mypy_rejects_a_wrong_call_into_the_public_api(tmp_path):

@@ -40,7 +40,7 @@ def import_beam():
         try:
             import apache_beam
 
-            from queuekit.records import beam_fn
+            import queuekit.records.beam_fn as beam_fn
         except ImportError as e:
             raise MissingDependencyError(
                 f"make --runner beam needs Apache Beam: {INSTALL} ({e})") from e
