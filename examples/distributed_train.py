@@ -53,8 +53,9 @@ def run_task(task: qk.ClusterTask, args) -> dict | None:
     graph = tf.Graph()
     with graph.as_default(), v1.device(v1.train.replica_device_setter(
             cluster=task.spec, worker_device=task.device)):
-        batch = qk.tfrecord_batches(files, batch_size=args.batch_size, num_epochs=args.epochs,
-                                    shuffle=True, seed=0, work_queue="/job:ps/task:0")
+        batch = qk.tfrecord_batches(
+            files, batch_size=args.batch_size, num_epochs=args.epochs, shuffle=True, seed=0,
+            work_queue=qk.cluster.WorkQueueInput("/job:ps/task:0", lost_after_secs=10.0))
         loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
             labels=batch["label"], logits=model(batch["image"], classes)))
         global_step = v1.train.get_or_create_global_step()

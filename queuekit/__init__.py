@@ -18,8 +18,12 @@ from queuekit.version import __version__
 
 if TYPE_CHECKING:  # type checkers see the real names; at run time _WHERE loads them
     # (tests/test_packaging.py checks that the two lists agree)
+    import queuekit.bench as bench
+    import queuekit.cluster as cluster
+    import queuekit.errors as errors
+    import queuekit.records as records
     from queuekit.bench import BenchReport, benchmark
-    from queuekit.cluster.inputs import worker_inputs
+    from queuekit.cluster.inputs import Shard, WorkQueueInput, worker_inputs
     from queuekit.cluster.launch import LocalCluster, exit_with_parent
     from queuekit.cluster.tasks import ClusterTask, cluster_from_env, start_server
     from queuekit.errors import (
@@ -87,6 +91,8 @@ _WHERE = {
     "LocalCluster": "queuekit.cluster.launch",
     "exit_with_parent": "queuekit.cluster.launch",
     "worker_inputs": "queuekit.cluster.inputs",
+    "Shard": "queuekit.cluster.inputs",
+    "WorkQueueInput": "queuekit.cluster.inputs",
     "benchmark": "queuekit.bench",
     "BenchReport": "queuekit.bench",
     "ImageFolder": "queuekit.records.folder",
@@ -132,4 +138,5 @@ def _check_tensorflow() -> None:
         raise ImportError(_NO_TENSORFLOW)
 
 
-__getattr__, __dir__ = exports(globals(), _WHERE, _check_tensorflow)
+__getattr__, __dir__ = exports(globals(), _WHERE, _check_tensorflow,
+                               subpackages=("bench", "cluster", "errors", "records"))

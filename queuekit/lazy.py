@@ -14,13 +14,19 @@ from typing import Any
 
 
 def exports(namespace: dict[str, Any], where: dict[str, str],
-            check: Callable[[], None] | None = None):
+            check: Callable[[], None] | None = None, subpackages: tuple[str, ...] = ()):
     """``(__getattr__, __dir__)`` for a package whose ``namespace`` re-exports ``where``'s
-    names (name -> the module that defines it); ``check()`` runs before a first import."""
+    names (name -> the module that defines it) and its ``subpackages`` (``qk.cluster``
+    without an ``import queuekit.cluster``); ``check()`` runs before a first import."""
     package = namespace["__name__"]
+    where = {**where, **{sub: "" for sub in subpackages}}
 
     def __getattr__(name: str) -> Any:
         module = where.get(name)
+        if module == "":
+            value = importlib.import_module(f"{package}.{name}")
+            namespace[name] = value
+            return value
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         if check is not None:

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from queuekit.cluster.books import Books, Ledger
-from queuekit.cluster.inputs import work_queue_inputs
+from queuekit.cluster.inputs import WorkQueueInput, work_queue_inputs
 from queuekit.cluster.work import entry
 from tests.helpers import v1
 
@@ -43,9 +43,9 @@ class Chief:
                  lost_after_secs=30.0):
         self.graph = tf.Graph()
         with self.graph.as_default():
-            _, self.work = work_queue_inputs("", files, 1, name="books_test",
-                                             num_epochs=num_epochs, shuffle=shuffle, seed=seed,
-                                             lost_after_secs=lost_after_secs, on_lost=on_lost)
+            _, self.work = work_queue_inputs(
+                WorkQueueInput("", lost_after_secs, on_lost), files, 1, name="books_test",
+                num_epochs=num_epochs, shuffle=shuffle, seed=seed)
         self.sess = v1.Session(graph=self.graph)
         self.books = Books(self.work, self.sess)
 

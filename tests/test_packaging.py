@@ -122,15 +122,27 @@ def test_the_core_is_small_and_every_earlier_name_still_resolves():
         queuekit.records.bogus  # noqa: B018
 
 
+def test_subpackages_are_reachable_from_the_package_alone():
+    """`import queuekit as qk; qk.cluster.Shard` works in a fresh process (no import of
+    queuekit.cluster by anything else), and loads no TensorFlow for the records' names."""
+    code = ("import sys, queuekit as qk; print(qk.records.write_tfrecords.__name__, "
+            "'tensorflow' in sys.modules, qk.cluster.Shard(0, 2).count)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.split() == ["write_tfrecords", "False", "2"]
+
+
 def test_mypy_rejects_a_wrong_call_into_the_public_api(tmp_path):
     """mypy, where installed (the lint extra), reports a bad keyword and a wrong type."""
     api = pytest.importorskip("mypy.api")
     user = tmp_path / "user.py"
     user.write_text("import queuekit as qk\n\n"
                     "qk.tfrecord_batches('f.tfrecords', bogus=True)\n"
+                    "qk.tfrecord_batches('f.tfrecords', shard=(0, 2), shard_by=3)\n"
                     "qk.QueueSession(stop_grace_secs='soon')\n")
     out, _, status = api.run([str(user), "--no-incremental", "--ignore-missing-imports",
                               "--follow-imports=silent"])
     assert status == 1, out
     assert 'Unexpected keyword argument "bogus"' in out
     assert '"stop_grace_secs" to "QueueSession" has incompatible type "str"' in out
+    assert '"shard_by" to "tfrecord_batches" has incompatible type "int"' in out  # typed still

@@ -69,6 +69,33 @@ def test_one_machine_graph_holds_no_op_for_features_not_asked_for(id_files):
     assert readers and {op.device for op in readers} == {"/job:worker/task:1"}
 
 
+def test_cluster_options_are_objects_and_the_earlier_keywords_still_work(id_files):
+    """shard=Shard(i, n, by="record") and the earlier shard=(i, n), shard_by="record" read the
+    same records; each shard its share, together every record once; mixed spellings and
+    unknown keywords are errors."""
+    def ids(**kw):
+        with qk.QueueSession() as qs:
+            return _ids(qs.iterate(qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1,
+                                                       **kw)))
+
+    new = [ids(shard=qk.cluster.Shard(i, 2, by="record")) for i in range(2)]
+    old = [ids(shard=(i, 2), shard_by="record") for i in range(2)]
+    assert new == old and sorted(new[0] + new[1]) == list(range(148))
+    assert new[0] and new[1]
+    with tf.Graph().as_default():
+        with pytest.raises(ValueError, match="not both"):
+            qk.tfrecord_batches(id_files, shard=qk.cluster.Shard(0, 2), shard_by="record")
+        with pytest.raises(ValueError, match="not both"):
+            qk.tfrecord_batches(id_files, work_queue=qk.cluster.WorkQueueInput("/job:ps/task:0"),
+                                on_lost="raise")
+        with pytest.raises(ValueError, match="on_lost"):
+            qk.cluster.WorkQueueInput("/job:ps/task:0", on_lost="ignore")
+        with pytest.raises(ValueError, match="0 <= index < count"):
+            qk.cluster.Shard(2, 2)
+        with pytest.raises(TypeError, match="bogus"):
+            qk.tfrecord_batches(id_files, bogus=True)
+
+
 def test_two_epochs_deliver_each_record_twice(id_files):
     """num_epochs=2 delivers every record exactly twice."""
     with qk.QueueSession() as qs:

@@ -10,6 +10,7 @@ worker (a device with a job beats the setter's choice for variables too).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import tensorflow as tf
 
@@ -66,17 +67,80 @@ def worker_inputs(device: str | None = None):
         yield device
 
 
-def shard_files(files: list[str], shard, shard_by: str) -> tuple[list[str], tuple | None]:
-    """(this shard's files, the record shard or None) for ``shard=(index, count)``."""
+@dataclasses.dataclass(frozen=True)
+class Shard:
+    """This worker's share of the input (``tfrecord_batches(shard=Shard(i, n))``).
+
+    ``by="file"``: every ``count``-th file from ``index`` (an error with fewer
+    files than shards); ``by="record"``: every file, and its share of the
+    records (a stable hash of each record's ``file:byte offset`` key). A tuple
+    ``(index, count)`` means ``Shard(index, count)``.
+    """
+
+    index: int
+    count: int
+    by: str = "file"
+
+    def __post_init__(self):
+        if self.count < 1 or not 0 <= self.index < self.count:
+            raise ValueError(f"shard must be (index, count) with 0 <= index < count, not "
+                             f"({self.index}, {self.count})")
+        if self.by not in ("file", "record"):
+            raise ValueError(f"shard_by must be 'file' or 'record', not {self.by!r}")
+
+    @classmethod
+    def of(cls, shard, by: str | None = None) -> Shard | None:
+        """A :class:`Shard` from what a builder was given (None, a tuple, a Shard)."""
+        if shard is None or isinstance(shard, Shard):
+            if by is not None and by != "file" and isinstance(shard, Shard):
+                raise ValueError("give Shard(..., by=...) or shard_by, not both")
+            return shard
+        index, count = (int(v) for v in shard)
+        return cls(index, count, by or "file")
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkQueueInput:
+    """Files from a work queue on a parameter server
+    (``tfrecord_batches(work_queue=WorkQueueInput("/job:ps/task:0"))``).
+
+    The chief fills the queue, so fast workers read more files and each is read
+    once per epoch across the cluster (``docs/cluster.rst``). A worker silent
+    for ``lost_after_secs`` is lost; ``on_lost="requeue"`` puts its unfinished
+    files in the queue again (at least once for them), ``"raise"`` raises
+    ``WorkLost`` naming them. A string means ``WorkQueueInput(device)``.
+    """
+
+    device: str
+    lost_after_secs: float = 10.0
+    on_lost: str = "requeue"
+
+    def __post_init__(self):
+        if self.on_lost not in ON_LOST:
+            raise ValueError(f"on_lost must be one of {ON_LOST}, not {self.on_lost!r}")
+        if self.lost_after_secs <= 0:
+            raise ValueError(f"lost_after_secs must be positive, not {self.lost_after_secs}")
+
+    @classmethod
+    def of(cls, work_queue, lost_after_secs: float | None = None,
+           on_lost: str | None = None) -> WorkQueueInput | None:
+        """A :class:`WorkQueueInput` from what a builder was given (None, a device, one)."""
+        if work_queue is None or isinstance(work_queue, WorkQueueInput):
+            if work_queue is not None and (lost_after_secs, on_lost) != (None, None):
+                raise ValueError("give WorkQueueInput(..., lost_after_secs=, on_lost=) or "
+                                 "the keywords, not both")
+            return work_queue
+        return cls(str(work_queue), 10.0 if lost_after_secs is None else lost_after_secs,
+                   on_lost or "requeue")
+
+
+def shard_files(files: list[str], shard: Shard | None) -> tuple[list[str], tuple | None]:
+    """(this shard's files, the record shard or None)."""
     if shard is None:
         return files, None
-    index, count = (int(v) for v in shard)
-    if count < 1 or not 0 <= index < count:
-        raise ValueError(f"shard must be (index, count) with 0 <= index < count, not {shard}")
-    if shard_by == "record":
+    index, count = shard.index, shard.count
+    if shard.by == "record":
         return files, (index, count)
-    if shard_by != "file":
-        raise ValueError(f"shard_by must be 'file' or 'record', not {shard_by!r}")
     if len(files) < count:
         raise DatasetError(f"{len(files)} files cannot make {count} shards by file (shard "
                            f"{index} would read nothing): give at least {count} files, or "
@@ -97,17 +161,13 @@ def file_of(keys: tf.Tensor) -> tf.Tensor:
     return tf.strings.regex_replace(keys, ":[0-9]+$", "")
 
 
-def work_queue_inputs(device: str, files, n_readers: int, *, name: str, num_epochs, shuffle,
-                      seed, lost_after_secs: float, on_lost: str) -> tuple[list, WorkQueue]:
-    """The work queue's ops: shared queues on ``device`` (a ps), one local queue per reader
-    (capacity 1: a reader holds its file and at most the next item); (the local queues,
-    the :class:`WorkQueue`)."""
-    if on_lost not in ON_LOST:
-        raise ValueError(f"on_lost must be one of {ON_LOST}, not {on_lost!r}")
-    if lost_after_secs <= 0:
-        raise ValueError(f"lost_after_secs must be positive, not {lost_after_secs}")
+def work_queue_inputs(spec: WorkQueueInput, files, n_readers: int, *, name: str, num_epochs,
+                      shuffle, seed) -> tuple[list, WorkQueue]:
+    """The work queue's ops: shared queues on ``spec.device`` (a ps), one local queue per
+    reader (capacity 1: a reader holds its file and at most the next item); (the local
+    queues, the :class:`WorkQueue`)."""
     shared = f"queuekit/{name}"
-    with _v1.device(device), tf.name_scope("work_queue"):
+    with _v1.device(spec.device), tf.name_scope("work_queue"):
         todo = tf.queue.FIFOQueue(-1, [tf.string], [[]], shared_name=f"{shared}/todo",
                                   name="todo")
         events = tf.queue.FIFOQueue(-1, [tf.string], [[]], shared_name=f"{shared}/events",
@@ -131,7 +191,7 @@ def work_queue_inputs(device: str, files, n_readers: int, *, name: str, num_epoc
         local = [tf.queue.FIFOQueue(1, [tf.string], [[]], name=f"files_{i}")
                  for i in range(n_readers)]
         work = WorkQueue(name, tuple(files), num_epochs, shuffle, seed,
-                         float(lost_after_secs), on_lost,
+                         float(spec.lost_after_secs), spec.on_lost,
                          local_puts=[q.enqueue([local_path]) for q in local],
                          local_path=local_path, local_closes=[q.close() for q in local],
                          local_sizes=[q.size() for q in local], **ops)

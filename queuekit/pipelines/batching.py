@@ -14,15 +14,18 @@ import os
 
 import tensorflow as tf
 
-from queuekit.cluster.inputs import work_queue_inputs, worker_inputs
+from queuekit.cluster.inputs import (
+    REMOTE_READ_MANY,
+    WorkQueueInput,
+    work_queue_inputs,
+    worker_inputs,
+)
 from queuekit.cluster.work import FILE_KEY
 from queuekit.graph_keys import GraphKeys
 
 _v1 = tf.compat.v1
 # Default queue memory: elements of the batch queue, in bytes of uint8 images.
 QUEUE_BYTES = 64 * 2**20
-# Queues whose runners a QueueSession tunes (queuekit.session.tuner reads it; the two
-# parts do not import each other, tests/test_tuner.py checks they agree).
 # With num_readers="auto", each read takes about this many bytes of small records.
 AUTO_READ_BYTES = 256 * 2**10
 AUTO_READ_MANY_MAX = 32
@@ -53,22 +56,34 @@ def resolve_count(name: str, value, maximum: int | None) -> tuple[int, bool]:
     return value, False
 
 
-def auto_read_many(read_many: int | None, num_readers, record_bytes: int) -> int | None:
-    """Records per read: ``read_many`` as given, or for ``"auto"`` readers of small records, more.
+def records_per_read(read_many: int | None, num_readers, *, remote: bool = False,
+                     raw_bytes: int | None = None) -> int:
+    """How many records each read takes; every builder decides it here, and only here.
+
+    0 is one record per read (``read``, not ``read_up_to``). ``read_many`` as
+    given; else on a cluster (``remote``: no ``parse_fn``, a worker's input or a
+    record shard) :data:`~queuekit.cluster.inputs.REMOTE_READ_MANY`, each read
+    being a network round trip; else for ``"auto"`` readers of raw records of
+    ``raw_bytes`` (encoded images: the decode, not the step, is the cost)
+    about :data:`AUTO_READ_BYTES`, none below 4 records; else one.
 
     Each read is a session step, and a step costs about the same whatever it
     carries: for the demo's 27 KB records, reading 8 per step made the tuned
     pipeline faster with less CPU (``docs/autotune.rst``). Large records lose
     by it: 2 per step of 196 KB records ran slower (likely ``enqueue_many``,
     which copies each record under the queue's lock while the dequeue waits).
-    So about
-    :data:`AUTO_READ_BYTES` per read, and none below 4 records. 0 means one
-    record per read (no ``read_up_to``); ``None`` with fixed readers too.
     """
-    if read_many is not None or num_readers != "auto":
-        return read_many or None
-    n = min(AUTO_READ_MANY_MAX, AUTO_READ_BYTES // max(1, record_bytes))
-    return n if n >= 4 else None
+    if read_many is not None:
+        if isinstance(read_many, bool) or not isinstance(read_many, int) or read_many < 0:
+            raise ValueError(f"read_many must be at least 1 (0 or None: one record per "
+                             f"read), not {read_many!r}")
+        return read_many
+    if remote:
+        return REMOTE_READ_MANY
+    if raw_bytes is not None and num_readers == "auto":
+        n = min(AUTO_READ_MANY_MAX, AUTO_READ_BYTES // max(1, raw_bytes))
+        return n if n >= 4 else 0
+    return 0
 
 
 def tuned_order(readers: list, num_threads: int) -> list:
@@ -112,24 +127,18 @@ class Batching:
     seed: int | None = None
     num_readers: int | str = 1
     num_threads: int = 1
-    read_many: int | None = None
     capacity: int | None = None
     min_after_dequeue: int | None = None
     allow_smaller_final_batch: bool | None = None
     normalize: bool = True
     max_readers: int | None = None  # with num_readers="auto"
-    work_queue: str | None = None  # a parameter server's device: files from a work queue
-    lost_after_secs: float = 10.0
-    on_lost: str = "requeue"
+    work_queue: WorkQueueInput | None = None  # files from a work queue on a ps
 
     def __post_init__(self):
         for name in ("batch_size", "num_threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
         resolve_count("num_readers", self.num_readers, self.max_readers)
-        if self.read_many is not None and self.read_many < 0:
-            raise ValueError(f"read_many must be at least 1 (0 or None: one record per "
-                             f"read), not {self.read_many}")
         if self.work_queue and self.num_readers == "auto":
             # A paused reader would keep its file unfinished, and the work queue ends
             # only when every file is finished: the two would wait for each other.
@@ -151,13 +160,14 @@ def shuffle_sizes(capacity, min_after_dequeue, batch_size):
     return capacity, int(min_after_dequeue)
 
 
-def file_batches(files, read, opts: Batching, *, name: str, device: str | None = None):
+def file_batches(files, read, opts: Batching, *, read_many: int, name: str,
+                 device: str | None = None):
     """Batches from ``files``: ``read(filename_queue)`` builds one reader's dict of tensors.
 
-    ``device``: this worker's (``distributed.worker_device``), found here when None.
+    ``device``: this worker's (``cluster.inputs.worker_device``), found here when None.
 
-    With ``opts.read_many`` each reader's tensors have a leading batch dimension
-    (``enqueue_many``).
+    With ``read_many`` (:func:`records_per_read`) each reader's tensors have a
+    leading batch dimension (``enqueue_many``).
     """
     allow_smaller = opts.allow_smaller_final_batch
     if allow_smaller is None:
@@ -168,15 +178,14 @@ def file_batches(files, read, opts: Batching, *, name: str, device: str | None =
         if opts.work_queue:
             queues, work = work_queue_inputs(
                 opts.work_queue, files, n_readers, name=_v1.get_default_graph().get_name_scope(),
-                num_epochs=opts.num_epochs, shuffle=opts.shuffle, seed=opts.seed,
-                lost_after_secs=opts.lost_after_secs, on_lost=opts.on_lost)
+                num_epochs=opts.num_epochs, shuffle=opts.shuffle, seed=opts.seed)
             readers = [read(q) for q in queues]
         else:
             filename_queue = _v1.train.string_input_producer(
                 files, num_epochs=opts.num_epochs, shuffle=opts.shuffle, seed=opts.seed)
             readers = [read(filename_queue) for _ in range(n_readers)]
-        element_bytes = check_static_shapes(readers[0], many=bool(opts.read_many))
-        capacity = capacity_for(opts.capacity, opts.batch_size, element_bytes, opts.read_many)
+        element_bytes = check_static_shapes(readers[0], many=bool(read_many))
+        capacity = capacity_for(opts.capacity, opts.batch_size, element_bytes, read_many)
         min_after = None
         if opts.shuffle:
             capacity, min_after = shuffle_sizes(capacity, opts.min_after_dequeue,
@@ -187,7 +196,7 @@ def file_batches(files, read, opts: Batching, *, name: str, device: str | None =
             readers = readers * opts.num_threads  # join: one thread per list entry
         batch = make_batch(readers, batch_size=opts.batch_size, shuffle=opts.shuffle,
                            seed=opts.seed, capacity=capacity, min_after_dequeue=min_after,
-                           allow_smaller=allow_smaller, enqueue_many=bool(opts.read_many),
+                           allow_smaller=allow_smaller, enqueue_many=bool(read_many),
                            num_threads=opts.num_threads)
         if tuned:
             mark_tuned()

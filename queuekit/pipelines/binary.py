@@ -14,7 +14,7 @@ import dataclasses
 import tensorflow as tf
 
 from queuekit.errors import DatasetError
-from queuekit.pipelines.batching import Batching, auto_read_many, file_batches
+from queuekit.pipelines.batching import Batching, file_batches, records_per_read
 from queuekit.records.files import check_sizes, expand_files
 
 _v1 = tf.compat.v1
@@ -75,9 +75,9 @@ def fixed_length_batches(files, layout="cifar10", *, record_bytes: int | None = 
         CorruptRecordError: a file's size is not header + k x record_bytes + footer.
         DatasetError: the files hold no records.
     """
-    opts = Batching(batch_size, num_epochs, shuffle, seed, num_readers, num_threads, read_many,
-                    capacity, min_after_dequeue, allow_smaller_final_batch, normalize,
-                    max_readers)
+    records_per_read(read_many, num_readers)  # a bad read_many is an error before any I/O
+    opts = Batching(batch_size, num_epochs, shuffle, seed, num_readers, num_threads, capacity,
+                    min_after_dequeue, allow_smaller_final_batch, normalize, max_readers)
     if parse_fn is None:
         layout = _layout(layout)
         if record_bytes is not None and record_bytes != layout.record_bytes:
@@ -89,9 +89,8 @@ def fixed_length_batches(files, layout="cifar10", *, record_bytes: int | None = 
     elif record_bytes is None:
         raise ValueError("parse_fn needs record_bytes")
     header_bytes, footer_bytes = header_bytes or 0, footer_bytes or 0
-    if parse_fn is None:
-        read_many = auto_read_many(read_many, num_readers, record_bytes)
-        opts = dataclasses.replace(opts, read_many=read_many)
+    read_many = records_per_read(read_many, num_readers,
+                                 raw_bytes=record_bytes if parse_fn is None else None)
     files = expand_files(files)
     if check_sizes(files, record_bytes, header_bytes, footer_bytes) == 0:
         raise DatasetError(f"no records in {', '.join(files)}")
@@ -103,7 +102,8 @@ def fixed_length_batches(files, layout="cifar10", *, record_bytes: int | None = 
                  else reader.read(filename_queue)[1])
         return (parse_fn or (lambda v: parse_fixed(v, layout)))(value)
 
-    return file_batches(files, read, opts, name=name or "fixed_length_batches")
+    return file_batches(files, read, opts, read_many=read_many,
+                        name=name or "fixed_length_batches")
 
 
 def _layout(layout) -> FixedLengthLayout:

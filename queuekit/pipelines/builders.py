@@ -10,13 +10,14 @@ that does not match its declared shape.
 
 from __future__ import annotations
 
-import dataclasses
 import os
+from typing import TYPE_CHECKING, TypedDict
 
 import tensorflow as tf
 
 from queuekit.cluster.inputs import (
-    REMOTE_READ_MANY,
+    Shard,
+    WorkQueueInput,
     file_of,
     keep_shard,
     shard_files,
@@ -27,7 +28,6 @@ from queuekit.cluster.work import FILE_KEY
 from queuekit.errors import DatasetError
 from queuekit.pipelines.batching import (
     Batching,
-    auto_read_many,
     capacity_for,
     file_batches,
     finish,
@@ -35,6 +35,7 @@ from queuekit.pipelines.batching import (
     mark_tuned,
     normalized,
     quiet_deprecations,
+    records_per_read,
     resolve_count,
     shuffle_sizes,
 )
@@ -44,12 +45,23 @@ from queuekit.records.files import check_files, compression_of_all, expand_files
 from queuekit.records.folder import ImageFolder, scan_image_folder
 from queuekit.records.tfrecord import first_record
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 __all__ = ["image_folder_batches", "normalized", "quiet_deprecations", "tfrecord_batches"]
 
 _v1 = tf.compat.v1
 # What tf.io.decode_image reads (first frame of animations).
 TF_IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
 _COMPRESSIONS = ("auto", "", "GZIP", "ZLIB")
+
+
+class EarlierKeywords(TypedDict, total=False):
+    """Keywords of earlier versions, still accepted: each is now part of an object."""
+
+    shard_by: str  # Shard(..., by=)
+    lost_after_secs: float  # WorkQueueInput(..., lost_after_secs=)
+    on_lost: str  # WorkQueueInput(..., on_lost=)
 
 
 def _reader(compression: str):
@@ -78,10 +90,11 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
                      image_shape=None, normalize: bool = True, check_framing: bool = True,
                      schema="auto", parse_fn=None, compression: str = "auto",
                      image_size=None, dct_method: str = "", random_crop=None,
-                     max_readers: int | None = None, shard=None, shard_by: str = "file",
-                     work_queue: str | None = None, lost_after_secs: float = 10.0,
-                     on_lost: str = "requeue",
-                     name: str | None = None) -> dict[str, tf.Tensor]:
+                     max_readers: int | None = None,
+                     shard: Shard | tuple[int, int] | None = None,
+                     work_queue: WorkQueueInput | str | None = None,
+                     name: str | None = None,
+                     **spelled_before: Unpack[EarlierKeywords]) -> dict[str, tf.Tensor]:
     """Batches of ``image`` and ``label`` (and the schema's extras: ``label_text``...).
 
     Build it inside a :class:`~queuekit.QueueSession` (or any TF1 graph) and run it.
@@ -127,43 +140,49 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         random_crop: (min, max) area fraction of a random crop taken before
             the resize, decoding only the window (``decode_and_crop_jpeg``).
         max_readers: with ``num_readers="auto"``.
-        shard: ``(index, count)``: this worker reads every ``count``-th file
-            from ``index`` (``shard_by="file"``; an error with fewer files than
-            shards), or with ``shard_by="record"`` every file and its share of
-            the records (a stable hash of each record's ``file:byte offset`` key).
-        work_queue: a parameter server's device (``"/job:ps/task:0"``): the
-            files come from a queue there that the chief fills, so fast workers
-            read more files and each is read once across the cluster
-            (ARCHITECTURE.md, *Work queue*). ``lost_after_secs``: a worker
-            silent that long is lost; ``on_lost``: ``"requeue"`` its unfinished
-            files (at least once for them) or ``"raise"`` ``WorkLost`` naming them.
-            A ``parse_fn`` must then give one element per record read.
+        shard: this worker's share, a :class:`~queuekit.cluster.Shard`
+            (``(index, count)`` for every ``count``-th file from ``index``).
+        work_queue: files from a work queue on a parameter server, a
+            :class:`~queuekit.cluster.WorkQueueInput` (or its device,
+            ``"/job:ps/task:0"``). A ``parse_fn`` must then give one element
+            per record read.
         name: name scope.
+
+    The keywords of earlier versions still work: ``shard_by`` (now
+    ``Shard(..., by=)``), ``lost_after_secs`` and ``on_lost`` (now
+    ``WorkQueueInput``'s).
 
     On a cluster the input is pinned to this worker (:func:`~queuekit.worker_inputs`)
     and, unless ``read_many`` or ``parse_fn`` is given, reads
-    :data:`~queuekit.cluster.inputs.REMOTE_READ_MANY` records per step.
+    :data:`~queuekit.cluster.inputs.REMOTE_READ_MANY` records per step
+    (:func:`~queuekit.pipelines.batching.records_per_read` decides).
 
     Raises:
         InputNotFound: a file, glob or directory matches nothing (at build time).
         DatasetError: no records, an unknown layout, mixed compressions.
         CorruptRecordError: a file's framing is broken (``check_framing``).
     """
-    files, record_shard = shard_files(expand_files(files), shard, shard_by)
+    unknown = set(spelled_before) - set(EarlierKeywords.__annotations__)
+    if unknown:
+        raise TypeError(f"tfrecord_batches() got unexpected keyword arguments: {sorted(unknown)}")
+    shard = Shard.of(shard, spelled_before.get("shard_by"))
+    work_queue = WorkQueueInput.of(work_queue, spelled_before.get("lost_after_secs"),
+                                   spelled_before.get("on_lost"))
+    if work_queue and shard is not None:
+        raise ValueError("give shard or work_queue, not both")
+    records_per_read(read_many, num_readers)  # a bad read_many is an error before any I/O
+    opts = Batching(batch_size, num_epochs, shuffle, seed, num_readers, num_threads, capacity,
+                    min_after_dequeue, allow_smaller_final_batch, normalize, max_readers,
+                    work_queue)
+    files, record_shard = shard_files(expand_files(files), shard)
     if record_shard and parse_fn is not None and not read_many:
         raise ValueError("shard_by='record' with parse_fn needs read_many (parse_fn then "
                          "gets a vector of records, the shard's share of each read)")
     device = worker_device()  # once: on a cluster each call adds a probe op to the graph
-    if read_many is None and parse_fn is None and (record_shard or device):
-        read_many = REMOTE_READ_MANY
-    opts = Batching(batch_size, num_epochs, shuffle, seed, num_readers, num_threads, read_many,
-                    capacity, min_after_dequeue, allow_smaller_final_batch, normalize,
-                    max_readers, work_queue, lost_after_secs, on_lost)
-    if work_queue and shard is not None:
-        raise ValueError("give shard or work_queue, not both")
     kind = _compression(files, compression)
     if check_framing:
         check_files(files)
+    raw_bytes = None
     if parse_fn is not None:
         if schema != "auto":
             raise ValueError("give schema or parse_fn, not both")
@@ -176,12 +195,13 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         size = None if image_size is None else _pair(image_size)
         layout = record_layout(files, image_shape, schema, DecodeOptions(
             size, dct_method, None if random_crop is None else tuple(random_crop), seed))
-        if layout.fmt == "raw":  # encoded images: the decode, not the step, is the cost
-            read_many = auto_read_many(read_many, num_readers, layout.image_bytes)
-            opts = dataclasses.replace(opts, read_many=read_many)
+        raw_bytes = layout.image_bytes if layout.fmt == "raw" else None
 
         def parse(serialized, keys):
             return parse_records(serialized, keys, layout, many=bool(read_many))
+
+    read_many = records_per_read(read_many, num_readers, raw_bytes=raw_bytes,
+                                 remote=parse_fn is None and bool(record_shard or device))
 
     def read(filename_queue):
         keys, serialized = _records(_reader(kind), filename_queue, read_many, record_shard)
@@ -190,7 +210,8 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
             tensors = dict(tensors, **{FILE_KEY: file_of(keys)})
         return tensors
 
-    return file_batches(files, read, opts, name=name or "tfrecord_batches", device=device)
+    return file_batches(files, read, opts, read_many=read_many, name=name or "tfrecord_batches",
+                        device=device)
 
 
 def _pair(size) -> tuple[int, int]:
