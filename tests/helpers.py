@@ -6,7 +6,11 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import tensorflow as tf
+
+from queuekit.records import images
+from queuekit.records.example import make_example
 
 v1 = tf.compat.v1
 
@@ -117,3 +121,18 @@ def records_per_read(graph):
 
     return {int(tf.get_static_value(op.inputs[2])) for op in graph.get_operations()
             if op.type == "ReaderReadUpToV2"}
+
+
+def write_image_records(path, ids, *, shape=(4, 6, 3), fmt="raw", raw_len=None):
+    """queuekit records (raw, or ``fmt`` "jpeg"/"png") whose ``filename`` is ``id<i>`` and
+    whose pixels encode i; ``raw_len`` cuts each image's bytes (a wrong-size record)."""
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for i in ids:
+            pixels = np.full(shape, i % 251, np.uint8)
+            if fmt == "raw":
+                data = pixels.tobytes()[:raw_len]
+            else:
+                data = images.encode(pixels, fmt)
+            w.write(make_example(data, label=i % 3, height=shape[0], width=shape[1],
+                                 fmt=fmt, label_text=f"c{i % 3}", filename=f"id{i}"))
+    return str(path)

@@ -6,19 +6,19 @@ import pytest
 from PIL import Image
 
 import queuekit as qk
-from tests.test_pipeline import _write
+from tests.helpers import write_image_records
 
 
 @pytest.fixture
 def small_file(tmp_path):
-    return _write(tmp_path / "b.tfrecords", range(64), shape=(8, 8, 3))
+    return write_image_records(tmp_path / "b.tfrecords", range(64), shape=(8, 8, 3))
 
 
 def test_step_ms_makes_the_consumer_the_slow_side(tmp_path):
     """A 50 ms simulated step caps batches/s at 20 and leaves the batch queue nearly full."""
     # 256x256x3 records: the default queue holds about 340 of them, filled in a fraction
     # of the first second.
-    path = _write(tmp_path / "big.tfrecords", range(64), shape=(256, 256, 3))
+    path = write_image_records(tmp_path / "big.tfrecords", range(64), shape=(256, 256, 3))
     report = qk.benchmark(path, readers=(1,), compare=(), step_ms=50, seconds=1.0,
                           repeat=1, warmup_batches=2, batch_size=8)
     (row,) = report.rows

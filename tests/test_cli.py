@@ -11,8 +11,7 @@ import pytest
 import tensorflow as tf
 
 from queuekit.cli import main
-from tests.helpers import descendants, gone, run_script
-from tests.test_pipeline import _write
+from tests.helpers import descendants, gone, run_script, write_image_records
 
 SUBCOMMANDS = ["demo", "make", "export", "inspect", "bench"]
 
@@ -82,7 +81,7 @@ def test_bench_synthetic_json_has_every_row(tmp_path, capsys, monkeypatch):
 ])
 def test_bench_refuses_bad_arguments_before_running(tmp_path, capsys, bad):
     """Invalid counts, times or output paths exit 2 at once, naming the argument."""
-    path = _write(tmp_path / "b.tfrecords", range(16), shape=(8, 8, 3))
+    path = write_image_records(tmp_path / "b.tfrecords", range(16), shape=(8, 8, 3))
     assert main(["bench", path, "--compare", "none", "--quiet", *bad]) == 2
     err = capsys.readouterr().err
     assert bad[0] in err or "/nonexistent/dir" in err, err
@@ -105,7 +104,7 @@ def test_bench_on_bad_files_exits_non_zero(tmp_path, capsys, content):
 
 def test_bench_ctrl_c_prints_finished_rows_and_exits_130(tmp_path):
     """SIGINT while the second configuration runs: the first row is printed, exit code 130."""
-    path = _write(tmp_path / "b.tfrecords", range(64), shape=(8, 8, 3))
+    path = write_image_records(tmp_path / "b.tfrecords", range(64), shape=(8, 8, 3))
     proc = run_script("import sys; from queuekit.cli import main; sys.exit(main(sys.argv[1:]))",
                       "-v", "bench", path, "--readers", "1,2", "--threads", "1",
                       "--read-many", "0", "--compare", "none", "--seconds", "0.3",
@@ -126,7 +125,7 @@ def test_bench_ctrl_c_prints_finished_rows_and_exits_130(tmp_path):
 def test_bench_sigterm_exits_143_and_takes_its_child_along(tmp_path):
     """SIGTERM to `queuekit bench` while a configuration runs: exit 143, no child left running."""
 
-    path = _write(tmp_path / "b.tfrecords", range(64), shape=(8, 8, 3))
+    path = write_image_records(tmp_path / "b.tfrecords", range(64), shape=(8, 8, 3))
     proc = run_script("import sys; from queuekit.cli import main; sys.exit(main(sys.argv[1:]))",
                       "bench", path, "--readers", "1", "--threads", "1", "--read-many", "0",
                       "--compare", "none", "--seconds", "30", "--repeat", "1",
@@ -205,7 +204,7 @@ def test_a_closed_pipe_ends_inspect_quietly(tmp_path):
     """`queuekit inspect f | head -1`: the reader gone, inspect exits 141 with nothing on stderr."""
     import subprocess
 
-    path = _write(tmp_path / "a.tfrecords", range(5))
+    path = write_image_records(tmp_path / "a.tfrecords", range(5))
     read, write = os.pipe()
     os.close(read)  # the reader is gone before inspect writes a line
     proc = _cli("inspect", path, stdout=write, stderr=subprocess.PIPE)
@@ -217,7 +216,7 @@ def test_a_closed_pipe_ends_inspect_quietly(tmp_path):
 
 def test_sigterm_while_tensorflow_imports_exits_143(tmp_path):
     """A SIGTERM that lands during TensorFlow's import ends the command with 143, no traceback."""
-    path = _write(tmp_path / "a.tfrecords", range(5))
+    path = write_image_records(tmp_path / "a.tfrecords", range(5))
     code = (
         "import builtins, os, signal, sys\n"
         "real = builtins.__import__\n"

@@ -95,6 +95,7 @@ def _threads(*targets):
 
 
 def test_static_shards_read_everything_once(cluster, tmp_path):
+    """Two workers with shard=(i, 2) read 200 records, each once, and count steps on the ps."""
     files, out = _ids(tmp_path), {}
     graphs = [_graph(cluster, i, "static", lambda i=i: qk.tfrecord_batches(
         files, batch_size=10, num_epochs=1, parse_fn=parse, read_many=8, shard=(i, 2)))
@@ -129,6 +130,8 @@ def test_a_corrupt_file_on_one_worker_is_named_there_and_the_other_finishes(clus
 
 
 def test_a_work_queue_gives_each_file_once_and_a_late_worker_gets_work(cluster, tmp_path):
+    """Files from the ps's work queue: each is read once across the workers, and a worker that
+    starts late still gets files."""
     files, out = _ids(tmp_path, n_files=12), {}
     late_started, late_read = threading.Event(), threading.Event()
 
@@ -197,6 +200,8 @@ def _kill_mid_epoch(c, tmp_path, name, on_lost):
 
 
 def test_a_killed_worker_s_files_are_read_again(cluster, tmp_path, caplog):
+    """SIGKILL of a worker mid-epoch (on_lost="requeue"): its files are re-queued and the survivors
+    deliver every record of both epochs once."""
     caplog.set_level("WARNING", logger="queuekit.cluster")
     out, victim_ids = _kill_mid_epoch(cluster, tmp_path, "killed_requeue", "requeue")
     assert "error0" not in out and "error1" not in out, out
@@ -209,6 +214,8 @@ def test_a_killed_worker_s_files_are_read_again(cluster, tmp_path, caplog):
 
 
 def test_a_killed_worker_s_files_are_named_on_the_chief(cluster, tmp_path):
+    """SIGKILL of a worker mid-epoch (on_lost="raise"): the chief raises WorkLost naming the task
+    and its files; nothing else is missing."""
     out, victim_ids = _kill_mid_epoch(cluster, tmp_path, "killed_raise", "raise")
     error = out.get("error0")
     assert isinstance(error, qk.WorkLost), (repr(error), out.get("error1"))
@@ -289,6 +296,8 @@ def test_sync_replicas_training_ends_on_both_workers(cluster, tmp_path):
 
 
 def test_a_late_non_chief_never_reinitialises_and_leaves_shared_queues_open(cluster, tmp_path):
+    """A non-chief that joins after the chief keeps the chief's variable values and does not close
+    a queue shared on the ps."""
     graph = tf.Graph()
     with graph.as_default(), v1.device("/job:ps/task:0"):
         value = v1.get_variable("late_value", [], tf.int64, v1.zeros_initializer())
@@ -307,6 +316,8 @@ def test_a_late_non_chief_never_reinitialises_and_leaves_shared_queues_open(clus
 
 
 def test_cluster_from_env_reads_tf_config():
+    """TF_CONFIG gives the task, its address, whether it is the chief and its device filters; a
+    broken one is a ClusterError."""
     config = {"cluster": {"ps": ["a:1"], "worker": ["b:2", "c:3"]},
               "task": {"type": "worker", "index": 1}}
     task = qk.cluster_from_env({"TF_CONFIG": json.dumps(config)})
@@ -320,6 +331,7 @@ def test_cluster_from_env_reads_tf_config():
 
 
 def test_a_taken_port_is_named():
+    """A server whose port is taken fails with a ClusterError naming the port."""
     with socket.socket() as s:
         s.bind(("", 0))
         s.listen()
@@ -330,12 +342,14 @@ def test_a_taken_port_is_named():
 
 
 def test_fewer_files_than_shards_is_an_error(tmp_path):
+    """Fewer files than file shards is an error that points to shard_by='record'."""
     files = _ids(tmp_path, n_files=2)
     with tf.Graph().as_default(), pytest.raises(qk.DatasetError, match="shard_by='record'"):
         qk.tfrecord_batches(files, shard=(0, 3), parse_fn=parse, read_many=4)
 
 
 def test_record_shards_split_every_file(tmp_path):
+    """Record shards: three workers over two files read every record once, each some."""
     files, seen = _ids(tmp_path, n_files=2), []
     for i in range(3):
         with qk.QueueSession() as qs:
@@ -355,6 +369,7 @@ def _running(pid):
 
 
 def test_a_killed_launcher_takes_its_servers_along(tmp_path):
+    """A LocalCluster's servers die with their launcher, also when it is SIGKILLed."""
     code = (f"import subprocess, sys; sys.path.insert(0, {ROOT!r}); import queuekit as qk\n"
             f"c = qk.LocalCluster([sys.executable, {SERVER!r}], workers=0, ps=1, "
             f"stdout=subprocess.PIPE).start()\n"

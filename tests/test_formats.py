@@ -227,6 +227,8 @@ def test_an_unlabelled_set_gives_batches_without_label(tmp_path):
 
 
 def test_an_unknown_layout_lists_its_features_and_how_to_declare_one(tmp_path):
+    """An unknown record layout is a DatasetError listing the features found and showing a
+    RecordSchema and a parse_fn."""
     path = str(tmp_path / "mine.tfrecords")
     with tf.io.TFRecordWriter(path) as w:
         w.write(tf.train.Example(features=tf.train.Features(feature={
@@ -267,6 +269,7 @@ def test_parse_fn_with_shuffling_and_several_readers_delivers_each_record_once(
 
 
 def test_parse_fn_output_of_unknown_shape_is_named(tmp_path):
+    """A parse_fn output whose shape is not fixed is named in the error, with the fix."""
     from tests.helpers import write_id_records
 
     path = write_id_records(tmp_path / "ids.tfrecords", 3)
@@ -289,6 +292,8 @@ def _cifar_file(path, n, *, start=0, labels=1):
 
 @pytest.mark.parametrize("read_many,readers", [(None, 2), (16, 2), (None, "auto")])
 def test_cifar10_binaries_decode_to_the_right_pixels_and_labels(tmp_path, read_many, readers):
+    """CIFAR-10 binaries (CHW) come out HWC with their labels, every record once, for each
+    read_many and reader count."""
     (a, ia, la), (b, ib, lb) = (_cifar_file(tmp_path / "data_batch_1.bin", 40),
                                 _cifar_file(tmp_path / "data_batch_2.bin", 35, start=40))
     sources, tags = ia + ib, la + lb
@@ -309,6 +314,7 @@ def test_cifar10_binaries_decode_to_the_right_pixels_and_labels(tmp_path, read_m
 
 
 def test_cifar100_gives_both_labels(tmp_path):
+    """CIFAR-100 records give coarse_label and label."""
     path, images, tags = _cifar_file(tmp_path / "train.bin", 9, labels=2)
     with qk.QueueSession() as qs:
         (x,) = list(qs.iterate(qk.fixed_length_batches(path, "cifar100", batch_size=9,
@@ -319,6 +325,7 @@ def test_cifar100_gives_both_labels(tmp_path):
 
 
 def test_a_truncated_cifar_file_is_named_not_silently_shortened(tmp_path):
+    """A CIFAR file cut short is a CorruptRecordError naming it, not a shorter epoch."""
     good, _, _ = _cifar_file(tmp_path / "data_batch_1.bin", 3)
     cut, _, _ = _cifar_file(tmp_path / "data_batch_2.bin", 3)
     with open(cut, "r+b") as f:
@@ -330,6 +337,7 @@ def test_a_truncated_cifar_file_is_named_not_silently_shortened(tmp_path):
 
 
 def test_tfrecords_given_to_fixed_length_batches_are_named_as_such(tmp_path):
+    """TFRecord files given to fixed_length_batches are named as TFRecords."""
     path = _queuekit_records(tmp_path / "x.tfrecords", 5)
     with tf.Graph().as_default(), pytest.raises(qk.CorruptRecordError, match="looks like TFRec"):
         qk.fixed_length_batches(path, "cifar10")
@@ -357,6 +365,7 @@ def _queuekit_records(path, n, options=None):
 
 @pytest.mark.parametrize("kind", ["GZIP", "ZLIB"])
 def test_compressed_tfrecords_are_read_inspected_and_exported(tmp_path, kind):
+    """GZIP and ZLIB TFRecords are detected and read by the builders, inspect and export."""
     files = [_queuekit_records(tmp_path / f"{k}.tfrecords.gz", 20, kind) for k in range(2)]
     with qk.QueueSession() as qs:
         b = qk.tfrecord_batches(files, batch_size=6, num_epochs=1, num_readers=2,
@@ -373,6 +382,7 @@ def test_compressed_tfrecords_are_read_inspected_and_exported(tmp_path, kind):
 
 
 def test_a_cut_gzip_file_is_named_at_build_time(tmp_path):
+    """A GZIP file cut in half is a CorruptRecordError naming it when the pipeline is built."""
     path = _queuekit_records(tmp_path / "cut.tfrecords.gz", 200, "GZIP")
     data = open(path, "rb").read()
     with open(path, "wb") as f:

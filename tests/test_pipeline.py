@@ -10,25 +10,9 @@ from PIL import Image
 
 import queuekit as qk
 from queuekit.pipelines import batching, builders
-from queuekit.records import images
-from queuekit.records.example import make_example
-from tests.helpers import records_per_read, v1
+from tests.helpers import records_per_read, v1, write_image_records
 from tests.imagefactory import make_mixed_folder, rgb
 from tests.seed import makeTFRec
-
-
-def _write(path, ids, *, shape=(4, 6, 3), fmt="raw", raw_len=None):
-    """Records whose filename feature is a unique id and whose pixels encode it."""
-    with tf.io.TFRecordWriter(str(path)) as w:
-        for i in ids:
-            pixels = np.full(shape, i % 251, np.uint8)
-            if fmt == "raw":
-                data = pixels.tobytes()[:raw_len]
-            else:
-                data = images.encode(pixels, fmt)
-            w.write(make_example(data, label=i % 3, height=shape[0], width=shape[1],
-                                 fmt=fmt, label_text=f"c{i % 3}", filename=f"id{i}"))
-    return str(path)
 
 
 def _ids(batches):
@@ -37,7 +21,8 @@ def _ids(batches):
 
 @pytest.fixture
 def id_files(tmp_path):
-    return [_write(tmp_path / f"p{k}.tfrecords", range(37 * k, 37 * (k + 1))) for k in range(4)]
+    return [write_image_records(tmp_path / f"p{k}.tfrecords", range(37 * k, 37 * (k + 1)))
+            for k in range(4)]
 
 
 GRID = list(itertools.product([1, 3], [1, 2], [None, 16], [False, True]))
@@ -114,7 +99,7 @@ def test_final_partial_batch_arrives(id_files):
 @pytest.mark.parametrize("fmt", ["raw", "jpeg", "png"])
 def test_formats_decode_to_uint8_and_normalise(tmp_path, fmt):
     """raw, jpeg and png records decode to the declared shape; normalize gives [-0.5, 0.5]."""
-    path = _write(tmp_path / "f.tfrecords", range(10), shape=(8, 8, 3), fmt=fmt)
+    path = write_image_records(tmp_path / "f.tfrecords", range(10), shape=(8, 8, 3), fmt=fmt)
     with qk.QueueSession() as qs:
         raw = qk.tfrecord_batches(path, batch_size=10, num_epochs=1, normalize=False)
         norm = qk.tfrecord_batches(path, batch_size=10, num_epochs=1)
@@ -176,7 +161,7 @@ def test_queuekit_made_files_carry_their_features(tmp_path):
 @pytest.mark.parametrize("read_many,readers", [(None, 1), (4, 1), (None, "auto")])
 def test_wrong_raw_size_names_record_and_sizes(tmp_path, read_many, readers):
     """A raw record shorter than its shape fails naming file:byte offset and both sizes."""
-    path = _write(tmp_path / "short.tfrecords", range(5), raw_len=50)
+    path = write_image_records(tmp_path / "short.tfrecords", range(5), raw_len=50)
     with pytest.raises(tf.errors.InvalidArgumentError) as info:
         with qk.QueueSession() as qs:
             for _ in qs.iterate(qk.tfrecord_batches(path, batch_size=2, num_epochs=1,
@@ -258,7 +243,7 @@ def test_works_with_a_hand_written_coordinator_loop(id_files):
 
 def test_capacity_is_bounded_by_bytes(tmp_path):
     """The default batch-queue capacity holds about QUEUE_BYTES of images, at least 2 batches."""
-    path = _write(tmp_path / "big.tfrecords", range(3), shape=(256, 256, 3))
+    path = write_image_records(tmp_path / "big.tfrecords", range(3), shape=(256, 256, 3))
     with qk.QueueSession() as qs:
         qk.tfrecord_batches(path, batch_size=32, num_epochs=1)
         qs.run(tf.constant(0))
@@ -271,7 +256,7 @@ def test_capacity_is_bounded_by_bytes(tmp_path):
 def test_file_cut_inside_a_record_header_is_an_error_not_a_short_epoch(tmp_path, cut,
                                                                        read_many):
     """A file cut 1-11 bytes into a header names the file and record; TF alone drops it."""
-    path = _write(tmp_path / "cut.tfrecords", range(5))
+    path = write_image_records(tmp_path / "cut.tfrecords", range(5))
     data = open(path, "rb").read()
     open(path, "wb").write(data + data[:cut])  # a sixth record's header, cut short
     with tf.Graph().as_default(), pytest.raises(qk.CorruptRecordError) as info:
@@ -339,8 +324,8 @@ def test_image_folder_batches_names_an_image_that_fails_to_decode(tmp_path):
                                             ((160, 160, 3), set())])
 def test_auto_readers_read_small_raw_records_many_per_step(tmp_path, shape, per_read):
     """"auto" reads about 256 KiB of small records per step (none over 64 KiB), each once."""
-    files = [_write(tmp_path / f"{k}.tfrecords", range(30 * k, 30 * k + 30), shape=shape)
-             for k in range(2)]
+    files = [write_image_records(tmp_path / f"{k}.tfrecords", range(30 * k, 30 * k + 30),
+                                 shape=shape) for k in range(2)]
     with qk.QueueSession() as qs:
         b = qk.tfrecord_batches(files, batch_size=16, num_epochs=1, num_readers="auto",
                                 max_readers=3, shuffle=True, seed=2)
@@ -353,7 +338,8 @@ def test_auto_readers_read_small_raw_records_many_per_step(tmp_path, shape, per_
 def test_one_record_per_read_unless_auto_may_choose(tmp_path, how):
     """read_many=0, a parse_fn (it expects a scalar), encoded images (the decode is the
     cost) and fixed readers keep one record per read."""
-    path = _write(tmp_path / "r.tfrecords", range(20), fmt="png" if how == "png" else "raw")
+    path = write_image_records(tmp_path / "r.tfrecords", range(20),
+                               fmt="png" if how == "png" else "raw")
     kw = dict(batch_size=8, num_epochs=1, num_readers="auto", max_readers=2)
     if how == "read_many=0":
         kw["read_many"] = 0
@@ -388,7 +374,7 @@ def test_image_folder_batches_reads_a_class_name_that_is_not_utf8(tmp_path):
 def test_records_that_are_not_examples_in_a_later_file_are_named(tmp_path):
     """Good records, then a file of non-Example records: a BadRecordError naming that file and
     record (it was: UnicodeDecodeError "'utf-8' codec can't decode byte 0xff", no file)."""
-    good = _write(tmp_path / "a.tfrecords", range(6))
+    good = write_image_records(tmp_path / "a.tfrecords", range(6))
     junk = tmp_path / "b.tfrecords"
     with tf.io.TFRecordWriter(str(junk)) as w:
         for _ in range(3):
@@ -429,7 +415,7 @@ def test_pad_last_batch_gives_static_batches_and_every_record_once(tmp_path):
     """50 records in batches of 16: four batches of static shape [16, ...], the last padded;
     the mask marks exactly the 50 records, each once (without it the last 2 were dropped or
     the batch dimension was unknown)."""
-    path = _write(tmp_path / "a.tfrecords", range(50))
+    path = write_image_records(tmp_path / "a.tfrecords", range(50))
     with qk.QueueSession() as qs:
         batch = qk.pad_last_batch(qk.tfrecord_batches(path, batch_size=16, num_epochs=1), 16)
         assert batch["image"].shape.as_list()[0] == 16 and batch["valid"].shape == (16,)

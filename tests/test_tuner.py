@@ -76,6 +76,7 @@ def _consume_until(qs, batch, predicate, what, seconds=30.0):
 
 
 def test_fixed_counts_get_no_tuner(tmp_path):
+    """Fixed reader counts get no tuner thread and no tuning report."""
     with qk.QueueSession() as qs:
         b = qk.tfrecord_batches(_files(tmp_path, 2, 10), batch_size=4, num_readers=2,
                                 num_epochs=1, parse_fn=Producer(0))
@@ -173,6 +174,7 @@ def test_a_full_queue_keeps_threads_whose_records_cost_less_cpu():
 
 @pytest.mark.parametrize("max_readers", [1, 2, 4])
 def test_each_record_exactly_once_while_the_tuner_moves(tmp_path, max_readers):
+    """Every record is delivered once while the tuner pauses and resumes reader threads."""
     with qk.QueueSession() as qs:
         b = qk.tfrecord_batches(_files(tmp_path, 20, 60), batch_size=7, num_epochs=1,
                                 num_readers="auto", max_readers=max_readers, shuffle=True,
@@ -192,6 +194,7 @@ def _only(moves):
 
 
 def test_a_runner_error_while_threads_are_paused_is_raised(tmp_path):
+    """A runner's error raised while other threads are paused reaches the caller."""
     producer = Producer(0.01, poison=None)
     with pytest.raises(tf.errors.InvalidArgumentError, match="poison record"):
         with qk.QueueSession() as qs:
@@ -207,6 +210,7 @@ def test_a_runner_error_while_threads_are_paused_is_raised(tmp_path):
 
 
 def test_image_folder_batches_auto_threads(tmp_path):
+    """image_folder_batches(num_threads="auto") is tuned and delivers every image once."""
     from tests.imagefactory import make_mixed_folder
 
     make_mixed_folder(tmp_path / "src", n_per_class=4)
@@ -221,11 +225,13 @@ def test_image_folder_batches_auto_threads(tmp_path):
 
 @pytest.mark.parametrize("bad", [0, -1, "many", 2.5])
 def test_bad_counts_are_refused(tmp_path, bad):
+    """num_readers that is neither a positive int nor "auto" is refused at build time."""
     with tf.Graph().as_default(), pytest.raises(ValueError, match="num_readers"):
         qk.tfrecord_batches(_files(tmp_path, 1, 2), num_readers=bad)
 
 
 def test_ctrl_c_while_readers_are_paused_exits_promptly(tmp_path):
+    """Ctrl-C while some reader threads are paused ends the program promptly."""
     files = _files(tmp_path, 4, 300)
     child = run_script(f"""
 import time, threading
