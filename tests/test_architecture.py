@@ -87,8 +87,7 @@ def test_the_local_step_path_holds_no_cluster_code():
     """A step (run -> policy -> hooks) imports nothing of the work queue: its acks are a hook
     that only a graph with a work queue gets, from the session's threads."""
     step_path = ["queuekit.session.queue_session", "queuekit.session.policy",
-                 "queuekit.session.hooked_run", "queuekit.session.reads",
-                 "queuekit.session.run_state"]
+                 "queuekit.session.reads"]
     work = {"queuekit.cluster.work", "queuekit.cluster.work_threads", "queuekit.cluster.books",
             "queuekit.cluster.inputs"}
     for module in step_path:

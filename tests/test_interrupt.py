@@ -181,7 +181,7 @@ def test_a_handler_inside_a_run_leaves_the_wake_to_the_router_thread():
     import threading
 
     from queuekit.session.interrupt import ROUTER, SessionSignals
-    from queuekit.session.run_state import RunState
+    from queuekit.session.policy import RunState
 
     state = RunState()
     woken_in, woken = [], threading.Event()

@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from queuekit.session.run_state import RunState
+from queuekit.session.policy import RunState
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,13 @@
-"""The run policy: what a run raises on end of data, a runner error, a stall or Ctrl-C.
+"""A run: what the main thread is doing, what a run raises, and a run with hooks.
 
-End of input is policy, as ``clean_stop_exception_types=(OutOfRangeError,)``
+:class:`RunState` is what the main thread is doing right now (inside
+``Session.run`` or not), shared with the stall watchdog and the signal router,
+which run in other threads and leave their findings there (a stall, an
+interrupt) for the main thread. :func:`run_with_hooks` merges
+``SessionRunHook`` requests into one run as ``MonitoredSession`` does.
+
+:class:`RunPolicy` decides what a run raises on end of data, a runner error, a
+stall or Ctrl-C. End of input is policy, as ``clean_stop_exception_types=(OutOfRangeError,)``
 is in TensorFlow's Coordinator: it becomes :class:`EndOfData`. Everything the
 other threads found (a runner's exception, a stall, a signal) is raised in the
 main thread, by the next run or when the session closes, and a runner's error
@@ -11,14 +18,43 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
+import time
 import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import tensorflow as tf
 
 from queuekit.errors import EndOfData, ShutdownTimeout
-from queuekit.session.run_state import RunState
 
 log = logging.getLogger(__name__)
+_v1 = tf.compat.v1
+
+
+class RunState:
+    """``in_run`` while the main thread is inside ``Session.run``, and what came meanwhile."""
+
+    def __init__(self) -> None:
+        # RLock: the SIGINT handler runs in the main thread, which may hold the lock.
+        self.lock = threading.RLock()
+        self.in_run = False
+        self.run_started = 0.0
+        self.reads: tuple[str, ...] = ()  # the queues the current run dequeues from
+        self.deferred: list[tuple[int, Any]] = []  # (signum, frame) for the main thread to dispatch
+        self.woken_by: int | None = None  # the signal that made us wake the run
+        self.stall: Any = None  # a PipelineStalled left by the watchdog
+        self.closing = False  # shutdown is under way
+
+    def enter_run(self, reads: tuple[str, ...] = ()) -> None:
+        with self.lock:
+            self.run_started = time.monotonic()
+            self.reads = reads
+            self.in_run = True
+
+    def leave_run(self) -> None:
+        with self.lock:
+            self.in_run = False
 
 
 class RunPolicy:
@@ -181,3 +217,42 @@ def _reason(message: str | None) -> str:
          "Node: "))]
     return next((line for line in useful if "closed" in line), useful[0] if useful
                 else "end of input")
+
+
+def run_with_hooks(hooks: Sequence[Any], session, run: Callable, fetches, feed_dict,
+                   options, run_metadata) -> tuple[Any, bool]:
+    """``run(fetches, feeds, options, run_metadata)`` with every hook's requests added.
+
+    The merge follows ``monitored_session._HookedSession.run``: each hook's
+    ``before_run`` may add fetches, feeds (never one already fed) and run
+    options; ``after_run`` gets its own results. Returns the caller's results
+    and whether a hook asked to stop.
+    """
+    ctx = _v1.train.SessionRunContext(
+        original_args=_v1.train.SessionRunArgs(fetches, feed_dict), session=session)
+    options = options if options is not None else _v1.RunOptions()
+    feeds = dict(feed_dict or {})
+    hook_fetches = {}
+    for hook in hooks:
+        request = hook.before_run(ctx)
+        if request is None:
+            continue
+        if request.fetches is not None:
+            hook_fetches[hook] = request.fetches
+        if request.feed_dict:
+            clash = set(feeds) & set(request.feed_dict)
+            if clash:
+                raise RuntimeError(f"{type(hook).__name__} feeds tensors already fed: {clash}")
+            feeds.update(request.feed_dict)
+        if request.options:
+            options.trace_level = max(options.trace_level, request.options.trace_level)
+            options.timeout_in_ms = max(options.timeout_in_ms, request.options.timeout_in_ms)
+            options.debug_options.debug_tensor_watch_opts.extend(
+                request.options.debug_options.debug_tensor_watch_opts)
+    if run_metadata is None:
+        run_metadata = _v1.RunMetadata()
+    out = run({"caller": fetches, "hooks": hook_fetches}, feeds, options, run_metadata)
+    for hook in hooks:
+        hook.after_run(ctx, _v1.train.SessionRunValues(
+            results=out["hooks"].get(hook), options=options, run_metadata=run_metadata))
+    return out["caller"], ctx.stop_requested

@@ -17,8 +17,7 @@ from queuekit.cluster.tasks import task_of, wait_for_parameter_servers
 from queuekit.errors import DatasetError, EndOfData
 from queuekit.records.files import check_files, check_sizes, resized, sizes
 from queuekit.session.diagnose import fixed_length_inputs, tfrecord_files
-from queuekit.session.hooked_run import run_with_hooks
-from queuekit.session.policy import PartialRun, ended_queue
+from queuekit.session.policy import PartialRun, ended_queue, run_with_hooks
 from queuekit.session.queue_ops import queue_ops
 from queuekit.session.reads import ReadsCache
 from queuekit.session.runners import QueueStat

@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 
 from queuekit.errors import PipelineStalled
+from queuekit.session.policy import RunState
 from queuekit.session.queue_ops import GraphQueueOps
-from queuekit.session.run_state import RunState
 from queuekit.session.runners import QueueStat, RunnerSet
 
 

@@ -23,10 +23,9 @@ from queuekit.cluster.work_threads import WorkThreads
 from queuekit.graph_keys import GraphKeys
 from queuekit.session.diagnose import empty_files
 from queuekit.session.interrupt import ROUTER, SessionSignals
-from queuekit.session.policy import RunPolicy
+from queuekit.session.policy import RunPolicy, RunState
 from queuekit.session.queue_ops import queue_ops, sync_tokens
 from queuekit.session.reads import ReadsCache, queue_op, queues_read
-from queuekit.session.run_state import RunState
 from queuekit.session.runners import RunnerSet
 from queuekit.session.stall import StallWatch
 from queuekit.session.tuner import Gate, Tuner, Tuning, first_count
