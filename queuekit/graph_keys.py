@@ -1,16 +1,36 @@
-"""The graph collections queuekit's builders fill and its sessions read, named once.
+"""What queuekit's builders leave in a graph for its sessions to find, named once.
 
 As TensorFlow's ``GraphKeys``: a builder (``pipelines``) marks what it built,
 a ``QueueSession`` (``session``) finds it in the graph; the two parts never
-import each other, both import this.
+import each other, both import this. Names go in graph collections;
+Python objects (a work queue's or an input position's ops) in
+:func:`graph_objects`, because a ``Saver`` writes every collection into the
+checkpoint's meta graph and warns, on every save, about any it cannot
+serialize.
 """
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+_OBJECTS: weakref.WeakKeyDictionary[Any, dict[str, list]] = weakref.WeakKeyDictionary()
 
 
 class GraphKeys:
-    """Names of queuekit's graph collections."""
+    """Names of queuekit's graph collections and object lists."""
 
-    # Names of the queues whose runners an "auto" builder built: a tuner thread sets how
-    # many of their threads run.
+    # Collection: names of the queues whose runners an "auto" builder built; a tuner thread
+    # sets how many of their threads run.
     AUTOTUNE = "queuekit_autotune"
-    # One cluster.work.WorkQueue per work_queue builder: the session runs its threads.
+    # Objects: one cluster.work.WorkQueue per work_queue builder; the session runs its threads.
     WORK_QUEUES = "queuekit_work_queues"
+    # Objects: one pipelines.position.InputPosition per resumable builder; the session tracks
+    # what the steps consumed and resumes there from a checkpoint.
+    INPUT_POSITIONS = "queuekit_input_positions"
+
+
+def graph_objects(graph, key: str) -> list:
+    """The list of ``key``'s objects of ``graph`` (made empty on first use), alive as long
+    as the graph is."""
+    return _OBJECTS.setdefault(graph, {}).setdefault(key, [])

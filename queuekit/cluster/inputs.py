@@ -17,7 +17,7 @@ import tensorflow as tf
 from queuekit.cluster.tasks import local_task
 from queuekit.cluster.work import ON_LOST, WorkQueue
 from queuekit.errors import DatasetError
-from queuekit.graph_keys import GraphKeys
+from queuekit.graph_keys import GraphKeys, graph_objects
 
 _v1 = tf.compat.v1
 # Records a remote worker reads per step when nobody said: each run is a network round trip
@@ -195,5 +195,6 @@ def work_queue_inputs(spec: WorkQueueInput, files, n_readers: int, *, name: str,
                          local_puts=[q.enqueue([local_path]) for q in local],
                          local_path=local_path, local_closes=[q.close() for q in local],
                          local_sizes=[q.size() for q in local], **ops)
-    _v1.add_to_collection(GraphKeys.WORK_QUEUES, work)  # the session runs its threads from there
+    # The session runs its threads from there.
+    graph_objects(_v1.get_default_graph(), GraphKeys.WORK_QUEUES).append(work)
     return local, work

@@ -2,7 +2,7 @@
 
 ``tfrecord_batches(work_queue="/job:ps/task:0")`` builds the ops
 (:func:`queuekit.cluster.inputs.work_queue_inputs`) and adds one
-:class:`WorkQueue` to the graph collection ``GraphKeys.WORK_QUEUES``; a
+:class:`WorkQueue` to the graph's ``GraphKeys.WORK_QUEUES`` objects; a
 ``QueueSession`` finds it there and runs the threads
 (:mod:`queuekit.cluster.work_threads`) and their hook.
 

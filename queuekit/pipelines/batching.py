@@ -22,6 +22,7 @@ from queuekit.cluster.inputs import (
 )
 from queuekit.cluster.work import FILE_KEY
 from queuekit.graph_keys import GraphKeys
+from queuekit.pipelines.position import epoch_files, keep_unconsumed, take_consumed
 
 _v1 = tf.compat.v1
 # Default queue memory: elements of the batch queue, in bytes of uint8 images.
@@ -161,30 +162,39 @@ def shuffle_sizes(capacity, min_after_dequeue, batch_size):
 
 
 def file_batches(files, read, opts: Batching, *, read_many: int, name: str,
-                 device: str | None = None):
-    """Batches from ``files``: ``read(filename_queue)`` builds one reader's dict of tensors.
+                 device: str | None = None, fixed: tuple[int, int, int] | None = None):
+    """Batches from ``files``: ``read(filename_queue)`` builds one reader's (keys, dict of
+    tensors); ``fixed``: (record_bytes, header_bytes, footer_bytes) of fixed-length records,
+    whose keys number records rather than bytes (``position.InputPosition``).
 
     ``device``: this worker's (``cluster.inputs.worker_device``), found here when None.
 
     With ``read_many`` (:func:`records_per_read`) each reader's tensors have a
-    leading batch dimension (``enqueue_many``).
+    leading batch dimension; a resumable pipeline (any but a work queue's) is
+    enqueued many in any case, with the records a checkpoint consumed dropped
+    (:mod:`~queuekit.pipelines.position`).
     """
     allow_smaller = opts.allow_smaller_final_batch
     if allow_smaller is None:
         allow_smaller = opts.num_epochs is not None
     with quiet_deprecations(), worker_inputs(device), tf.name_scope(name):
         n_readers, tuned = resolve_count("num_readers", opts.num_readers, opts.max_readers)
-        work = None
+        work = position = None
+        many = bool(read_many)
+        scope = _v1.get_default_graph().get_name_scope()
         if opts.work_queue:
             queues, work = work_queue_inputs(
-                opts.work_queue, files, n_readers, name=_v1.get_default_graph().get_name_scope(),
+                opts.work_queue, files, n_readers, name=scope,
                 num_epochs=opts.num_epochs, shuffle=opts.shuffle, seed=opts.seed)
-            readers = [read(q) for q in queues]
+            readers = [read(q)[1] for q in queues]
         else:
-            filename_queue = _v1.train.string_input_producer(
-                files, num_epochs=opts.num_epochs, shuffle=opts.shuffle, seed=opts.seed)
-            readers = [read(filename_queue) for _ in range(n_readers)]
-        element_bytes = check_static_shapes(readers[0], many=bool(read_many))
+            filename_queue, position = epoch_files(
+                files, opts.num_epochs, opts.shuffle, opts.seed, position_name=scope,
+                fixed=fixed)
+            readers = [keep_unconsumed(position, *read(filename_queue), many=many)
+                       for _ in range(n_readers)]
+            many = True
+        element_bytes = check_static_shapes(readers[0], many=many)
         capacity = capacity_for(opts.capacity, opts.batch_size, element_bytes, read_many)
         min_after = None
         if opts.shuffle:
@@ -196,12 +206,15 @@ def file_batches(files, read, opts: Batching, *, read_many: int, name: str,
             readers = readers * opts.num_threads  # join: one thread per list entry
         batch = make_batch(readers, batch_size=opts.batch_size, shuffle=opts.shuffle,
                            seed=opts.seed, capacity=capacity, min_after_dequeue=min_after,
-                           allow_smaller=allow_smaller, enqueue_many=bool(read_many),
+                           allow_smaller=allow_smaller, enqueue_many=many,
                            num_threads=opts.num_threads)
+        batch_queue = _v1.get_collection(_v1.GraphKeys.QUEUE_RUNNERS)[-1].queue.queue_ref.op.name
         if tuned:
             mark_tuned()
         if work is not None:
             work.consumed = batch.pop(FILE_KEY, None)  # None: acks when read
+        if position is not None:
+            take_consumed(position, batch, batch_queue)
         return finish(batch, opts.normalize)
 
 

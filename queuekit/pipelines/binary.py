@@ -98,11 +98,12 @@ def fixed_length_batches(files, layout="cifar10", *, record_bytes: int | None = 
     def read(filename_queue):
         reader = _v1.FixedLengthRecordReader(record_bytes, header_bytes=header_bytes,
                                              footer_bytes=footer_bytes)
-        value = (reader.read_up_to(filename_queue, read_many)[1] if read_many
-                 else reader.read(filename_queue)[1])
-        return (parse_fn or (lambda v: parse_fixed(v, layout)))(value)
+        keys, value = (reader.read_up_to(filename_queue, read_many) if read_many
+                       else reader.read(filename_queue))
+        return keys, (parse_fn or (lambda v: parse_fixed(v, layout)))(value)
 
     return file_batches(files, read, opts, read_many=read_many,
+                        fixed=(record_bytes, header_bytes, footer_bytes),
                         name=name or "fixed_length_batches")
 
 

@@ -208,7 +208,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         tensors = parse(serialized, keys)
         if work_queue:  # the session counts each file's records out of the batch queue
             tensors = dict(tensors, **{FILE_KEY: file_of(keys)})
-        return tensors
+        return keys, tensors
 
     return file_batches(files, read, opts, read_many=read_many, name=name or "tfrecord_batches",
                         device=device)

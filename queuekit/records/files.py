@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import secrets
@@ -76,6 +77,21 @@ def temp_beside(final: str) -> str:
             return tmp
         except FileExistsError:
             continue
+
+
+def atomic_write(final: str, data: bytes) -> None:
+    """Write ``final`` whole or not at all: a temp file beside it, synced, renamed over it."""
+    tmp = temp_beside(final)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 # (path, size, mtime) of files whose framing was checked: a rebuild skips them.

@@ -16,7 +16,7 @@ import time
 
 import tensorflow as tf
 
-from queuekit.graph_keys import GraphKeys
+from queuekit.graph_keys import GraphKeys, graph_objects
 from queuekit.records.example import first_value
 from queuekit.records.schema import detect
 from queuekit.records.tfrecord import Corruption, Record, has_records, record_at, scan_records
@@ -75,7 +75,7 @@ def reader_files(graph: tf.Graph, ops, *, whole_files: bool | None = None) -> li
         if op.type in READER_OPS and (whole_files is None or whole_files == (
             queue_op(op.inputs[0]).type == "WholeFileReaderV2")))
     # A work queue's readers are given names by its relay threads, from work.files.
-    work = [f for w in graph.get_collection(GraphKeys.WORK_QUEUES)
+    work = [f for w in graph_objects(graph, GraphKeys.WORK_QUEUES)
             if set(w.local_queues()) & set(queues) for f in w.files if os.path.isfile(f)]
     return work + _string_files(op for name in queues for qr in feeding.get(name, ())
                                 for op in ancestors(qr.enqueue_ops))

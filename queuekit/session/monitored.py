@@ -116,6 +116,7 @@ def monitored_training_session(
                                       save_checkpoint_secs, save_graph_def))
     all_hooks.extend(hooks or [])
     session = QueueSession(graph, target=master, config=config, session_creator=creator,
+                           checkpoint_dir=checkpoint_dir,
                            hooks=all_hooks, stop_grace_secs=stop_grace_period_secs,
                            stall_timeout_secs=stall_timeout_secs, is_chief=is_chief)
     return session.start()

@@ -15,20 +15,17 @@ import tensorflow as tf
 
 from queuekit.cluster.tasks import task_of, wait_for_parameter_servers
 from queuekit.errors import DatasetError, EndOfData
+from queuekit.graph_keys import GraphKeys, graph_objects
 from queuekit.records.files import check_files, check_sizes, resized, sizes
 from queuekit.session.diagnose import fixed_length_inputs, tfrecord_files
 from queuekit.session.policy import PartialRun, ended_queue, run_with_hooks
+from queuekit.session.position import InputPositions, NotingSession, checkpoint_run
 from queuekit.session.queue_ops import queue_ops
 from queuekit.session.reads import ReadsCache
 from queuekit.session.runners import QueueStat
-from queuekit.session.start import Initializer, program_graph, session_config
+from queuekit.session.start import Initializer, SessionInterface, program_graph, session_config
 from queuekit.session.threads import SessionThreads
 from queuekit.session.tuner import Tuning
-
-try:  # what Saver.save checks: TF's own base of Session, stable since TF 1.0
-    from tensorflow.python.client.session import SessionInterface
-except ImportError:  # pragma: no cover - a TF without the private module
-    SessionInterface = object
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +102,9 @@ class QueueSession(SessionInterface):
         stall_timeout_secs: see *Stalls*; None disables.
         hooks: ``tf.compat.v1.train.SessionRunHook`` objects, called as
             ``MonitoredSession`` calls them (on every :meth:`run`).
+        resume_input: continue the input of queuekit's builders where the
+            restored checkpoint's steps left it (:mod:`queuekit.session.position`);
+            False starts it over.
     """
 
     def __init__(self, graph: tf.Graph | None = None, *, target: str = "",
@@ -112,7 +112,8 @@ class QueueSession(SessionInterface):
                  checkpoint_dir: str | None = None, session_creator: Any = None,
                  stop_grace_secs: float = DEFAULT_STOP_GRACE_SECS,
                  stall_timeout_secs: float | None = DEFAULT_STALL_TIMEOUT_SECS,
-                 hooks: Sequence[Any] = (), is_chief: bool | None = None):
+                 hooks: Sequence[Any] = (), is_chief: bool | None = None,
+                 resume_input: bool = True):
         self._graph = graph if graph is not None else program_graph()
         self._target = target
         self._task = task_of(target)
@@ -129,6 +130,11 @@ class QueueSession(SessionInterface):
         # first run (or start()): the program builds its pipeline inside `with` first.
         self._running: SessionThreads | None = None
         self._init = Initializer(self._graph, checkpoint_dir, chief=is_chief)
+        self._checkpoint_dir = checkpoint_dir
+        self._resume_input = resume_input
+        # The input position of queuekit's builders (None: the graph has none).
+        self._positions: InputPositions | None = None
+        self._first_hooks: list[Any] = []
         self._reads = ReadsCache(self._graph)
         self._input_sizes: dict[str, int] = {}  # at start: a file cut or grown under a reader
         self._graph_ctx: Any = None
@@ -244,12 +250,24 @@ class QueueSession(SessionInterface):
             PipelineStalled: the run was blocked too long (see the class docs).
             Exception: the first error of a runner thread, as it was raised there.
         """
+        if self._running is None and graph_objects(self._graph, GraphKeys.INPUT_POSITIONS):
+            checkpoint = checkpoint_run(self._graph, fetches, feed_dict, {})
+            if checkpoint is not None and checkpoint[0] == "restore":
+                # saver.restore(qs, path) before the first run: restore, resume the input
+                # at that checkpoint's position, and only then start the runners.
+                restored = []
+                self._ensure_started(restore=lambda sess: restored.append(sess.run(
+                    fetches, feed_dict, options, run_metadata)), restored=checkpoint[1])
+                return restored[0]
         running = self._ensure_started()
         running.policy.raise_pending(None)
-        hooks = self._hooks + running.hooks  # the program's, then those of queuekit's features
+        if self._positions is not None:
+            self._positions.checkpoint(fetches, feed_dict)  # a Saver's save: note the input
+        # The input position's tally first: a checkpoint a hook writes includes this step.
+        hooks = self._first_hooks + self._hooks + running.hooks
         if not hooks:
             return self._step(fetches, feed_dict, options, run_metadata)
-        result, stop = run_with_hooks(hooks, self._sess, self._step, fetches,
+        result, stop = run_with_hooks(hooks, self._hook_session, self._step, fetches,
                                       feed_dict, options, run_metadata)
         if stop:
             self._hook_stop = True
@@ -300,7 +318,15 @@ class QueueSession(SessionInterface):
     def _collection(self) -> list:
         return self._graph.get_collection(_v1.GraphKeys.QUEUE_RUNNERS)
 
-    def _ensure_started(self) -> SessionThreads:
+    @property
+    def _hook_session(self) -> Any:
+        """The session hooks get (as MonitoredSession's: no policy, no hooks); with input
+        positions, one that writes them beside the checkpoints hooks save."""
+        if self._positions is None:
+            return self._sess
+        return NotingSession(self._sess, self._positions)
+
+    def _ensure_started(self, restore=None, restored: str | None = None) -> SessionThreads:
         self._check_open()
         if self._running is not None:
             if self._running.has_new_runners():  # runners added after the first run
@@ -323,7 +349,17 @@ class QueueSession(SessionInterface):
             sess = self.session
             if self._initialize and self._creator is None:
                 self._init.first(sess)
+                restored = restored or self._init.restored
+            elif self._checkpoint_dir and self._init.chief:  # the creator restored it
+                restored = restored or tf.train.latest_checkpoint(self._checkpoint_dir)
+            if restore is not None:
+                restore(sess)
             self._check_inputs()
+            if graph_objects(self._graph, GraphKeys.INPUT_POSITIONS):
+                self._positions = InputPositions(self._graph, sess, self._reads)
+                self._first_hooks = [self._positions.hook()]
+                if self._resume_input and self._init.chief:
+                    self._positions.resume(restored, sess)
         running = SessionThreads(
             self._graph, sess, self._reads, self._stall_timeout, self._grace,
             task=self._task.device if self._task else self._target, chief=self._init.chief)
@@ -333,7 +369,7 @@ class QueueSession(SessionInterface):
         self._running = running
         running.start()
         for hook in self._hooks:
-            hook.after_create_session(sess, running.coord)
+            hook.after_create_session(self._hook_session, running.coord)
         return running
 
     def _check_inputs(self) -> None:
@@ -399,7 +435,7 @@ class QueueSession(SessionInterface):
         try:
             if clean_end and running.policy.pending_error() is None:
                 for hook in self._hooks:
-                    hook.end(self._sess)
+                    hook.end(self._hook_session)
         finally:
             # One deadline for the whole stop, as Coordinator.join has. A remote session's
             # close is what cancels a step blocked on a ps (a relay's take): half is kept for it.

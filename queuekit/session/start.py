@@ -12,6 +12,11 @@ import tensorflow as tf
 
 from queuekit.cluster.tasks import task_of
 
+try:  # what Saver.save checks: TF's own base of Session, stable since TF 1.0
+    from tensorflow.python.client.session import SessionInterface
+except ImportError:  # pragma: no cover - a TF without the private module
+    SessionInterface = object
+
 log = logging.getLogger(__name__)
 _v1 = tf.compat.v1
 
@@ -124,6 +129,7 @@ class Initializer:
         self.chief = chief
         self._recovery_wait = recovery_wait_secs
         self._max_wait = max_wait_secs
+        self.restored: str | None = None  # the checkpoint first() restored
 
     def first(self, sess) -> None:
         """Restore the latest checkpoint of ``checkpoint_dir`` if any; initialise the rest."""
@@ -134,6 +140,7 @@ class Initializer:
             saver = default_saver(self._graph) if path else None
             if saver is not None:
                 saver.restore(sess, path)
+                self.restored = path
                 log.info("restored %s", path)
         self.uninitialized(sess)
         tables = self._graph.get_collection(_v1.GraphKeys.TABLE_INITIALIZERS)

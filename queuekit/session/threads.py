@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from queuekit.cluster.tasks import local_task, task_of, unreachable_tasks
 from queuekit.cluster.work_threads import WorkThreads
-from queuekit.graph_keys import GraphKeys
+from queuekit.graph_keys import GraphKeys, graph_objects
 from queuekit.session.diagnose import empty_files
 from queuekit.session.interrupt import ROUTER, SessionSignals
 from queuekit.session.policy import RunPolicy, RunState
@@ -89,7 +89,7 @@ class SessionThreads:
         return True
 
     def _start_work(self) -> None:
-        works = [w for w in self._graph.get_collection(GraphKeys.WORK_QUEUES)
+        works = [w for w in graph_objects(self._graph, GraphKeys.WORK_QUEUES)
                  if id(w) not in self._work]
         if not works:
             return

@@ -1,0 +1,336 @@
+"""The input position: which records the steps consumed, saved with every checkpoint and
+resumed from it, so a killed job delivers every record once per epoch.
+
+For each resumable pipeline of the graph (:mod:`queuekit.pipelines.position`)
+a :class:`Tally` counts, per record, how many times a step took it out of the
+batch queue: a hook, run before the program's hooks, fetches the batch's
+position components with every run that dequeues it. Records read but still
+in the queues (a shuffle buffer) are not consumed.
+
+A checkpoint written through the session (``saver.save(qs, path)``, TF's
+``CheckpointSaverHook`` among its hooks, ``monitored_training_session``) gets
+``<prefix>.queuekit-input``, a JSON file written (atomically) before the
+model's own files: the checkpoint index, which TF's ``Saver`` updates last,
+makes both current at once, so a crash at any point leaves an index whose
+checkpoint has its own input state, never another's. Its size is bounded by
+the files and what is in flight: each file's counts are run-length encoded
+(a consumed prefix, the shuffle buffer's scattered records, the rest).
+
+On restore (``checkpoint_dir``, ``saver.restore(qs, path)`` before the first
+run, a session creator's restore of ``checkpoint_dir``) the session reads that
+file before any runner starts: each pipeline's producer restarts at the
+oldest epoch not finished, and a skip table drops, per record, the reads
+already consumed. The files must be those the checkpoint saw (same names,
+same sizes), or the restore is a :class:`DatasetError` naming the first one
+that differs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from queuekit.errors import DatasetError
+from queuekit.graph_keys import GraphKeys, graph_objects
+from queuekit.records.files import atomic_write
+from queuekit.records.tfrecord import Corruption, scan_records
+from queuekit.session.start import SessionInterface
+
+log = logging.getLogger(__name__)
+SUFFIX = ".queuekit-input"
+FORMAT = 1
+_SAVE_OPS = ("SaveV2", "Save", "SaveSlices", "MergeV2Checkpoints")
+_RESTORE_OPS = ("RestoreV2", "Restore", "RestoreSlice")
+
+
+class Tally:
+    """What the steps consumed of one pipeline: per file, a count per record."""
+
+    def __init__(self, position, file_ids):
+        self.position = position
+        self.files = list(position.files)
+        self._file_index = {int(f): i for i, f in enumerate(file_ids)}
+        self.sizes = [os.path.getsize(f) for f in self.files]
+        self._places = [_record_places(f, position) for f in self.files]
+        self.counts = [np.zeros(len(p), np.int64) for p in self._places]
+
+    def consumed(self, file_ids, places) -> None:
+        """Count one batch's records (what the hook fetched)."""
+        file_ids, places = np.asarray(file_ids), np.asarray(places)
+        for fid in np.unique(file_ids):
+            i = self._file_index.get(int(fid))
+            if i is None:
+                continue
+            mine = places[file_ids == fid]
+            index = np.searchsorted(self._places[i], mine)
+            np.add.at(self.counts[i], np.minimum(index, len(self.counts[i]) - 1), 1)
+
+    def state(self) -> dict[str, Any]:
+        p = self.position
+        return {"name": p.name, "kind": p.record_kind, "shuffle": p.shuffle, "seed": p.seed,
+                "num_epochs": p.num_epochs,
+                "files": [[f, size, len(c)] for f, size, c in
+                          zip(self.files, self.sizes, self.counts, strict=True)],
+                "counts": [_rle(c) for c in self.counts]}
+
+    def resume(self, state: dict[str, Any], sess) -> bool:
+        """Continue from a checkpoint's ``state`` of this pipeline; False when it is another
+        input altogether (no file in common)."""
+        saved = [(str(f), int(size), int(n)) for f, size, n in state["files"]]
+        if not set(f for f, _, _ in saved) & set(self.files):
+            log.info("pipeline %s: the checkpoint's input of that name reads other files; "
+                     "starting at the beginning", self.position.name)
+            return False
+        _check_same(saved, list(zip(self.files, self.sizes, (len(c) for c in self.counts),
+                                    strict=True)), self.position.name)
+        counts = [_unrle(runs, n) for runs, (_, _, n) in zip(state["counts"], saved,
+                                                               strict=True)]
+        done = min((int(c.min()) for c in counts if len(c)), default=0)
+        keys, skips = [], []
+        for path, places, c in zip(self.files, self._places, counts, strict=True):
+            ahead = np.nonzero(c > done)[0]
+            keys += [f"{path}:{int(places[i])}" for i in ahead]
+            skips += [int(c[i] - done) for i in ahead]
+        p = self.position
+        epoch = done if p.num_epochs is None else min(done, p.num_epochs)
+        sess.run(p.set_epoch, {p.epoch_value: epoch})
+        if keys:
+            sess.run(p.fill_skip, {p.skip_keys: keys, p.skip_counts: skips})
+        self.counts = counts
+        log.info("pipeline %s resumes in epoch %d, %d record(s) of it consumed before the "
+                 "checkpoint", p.name, epoch, len(keys))
+        return True
+
+
+def _record_places(path: str, position) -> np.ndarray:
+    """What the reader reports for each record of ``path``: byte offsets of a TFRecord
+    file's records (a walk of their headers), or fixed-length records' indexes."""
+    if position.record_kind == "index":
+        record_bytes, header, footer = position.fixed
+        n = max(0, (os.path.getsize(path) - header - footer) // record_bytes)
+        return np.arange(n, dtype=np.int64)
+    places = []
+    for item in scan_records(path, data=False):
+        if isinstance(item, Corruption):
+            break  # the reader stops there too; the session's input check names it
+        places.append(item.offset)
+    return np.asarray(places, np.int64)
+
+
+def _rle(counts: np.ndarray) -> list[list[int]]:
+    """``[[value, run], ...]``: a consumed prefix, scattered records, the rest: a few runs."""
+    if not len(counts):
+        return []
+    edges = np.flatnonzero(np.diff(counts)) + 1
+    starts = np.concatenate([[0], edges])
+    runs = np.diff(np.concatenate([starts, [len(counts)]]))
+    return [[int(counts[s]), int(r)] for s, r in zip(starts, runs, strict=True)]
+
+
+def _unrle(runs, n: int) -> np.ndarray:
+    values = np.repeat([int(v) for v, _ in runs], [int(r) for _, r in runs]).astype(np.int64)
+    if len(values) != n:
+        raise DatasetError(f"an input position of {len(values)} records for a file of {n}")
+    return values
+
+
+def _check_same(saved, now, name: str) -> None:
+    """Raise, naming a file, unless the pipeline reads the files the checkpoint saw."""
+    before = {f: (size, n) for f, size, n in saved}
+    after = {f: (size, n) for f, size, n in now}
+    fix = ("; restore a checkpoint of this dataset, or start its input over with "
+           "QueueSession(resume_input=False)")
+    for f in after:
+        if f not in before:
+            raise DatasetError(f"{f} was added to pipeline {name}'s input since the "
+                               f"checkpoint{fix}")
+    for f in before:
+        if f not in after:
+            raise DatasetError(f"{f} was in pipeline {name}'s input at the checkpoint and is "
+                               f"not now{fix}")
+        if before[f] != after[f]:
+            raise DatasetError(f"{f} changed since the checkpoint ({before[f][0]} bytes, "
+                               f"{before[f][1]} records then; {after[f][0]} bytes, "
+                               f"{after[f][1]} records now){fix}")
+
+
+class InputPositions:
+    """The tallies of a session's resumable pipelines, their hook, and their checkpoints."""
+
+    def __init__(self, graph: tf.Graph, sess, reads):
+        positions = graph_objects(graph, GraphKeys.INPUT_POSITIONS)
+        ids = sess.run([p.file_ids for p in positions]) if positions else []
+        self.tallies = [Tally(p, i) for p, i in zip(positions, ids, strict=True)]
+        self._reads = reads
+        self._graph = graph
+        self._kinds: dict[str, str] = {}
+
+    def hook(self) -> Any:
+        return _Consumed(self)
+
+    def wanted(self, fetches) -> dict[int, Any]:
+        """The position components to fetch with a run of ``fetches``, by tally."""
+        reads = self._reads(fetches)
+        return {i: t.position.consumed for i, t in enumerate(self.tallies)
+                if t.position.consumed is not None and t.position.batch_queue in reads}
+
+    def state(self) -> dict[str, Any]:
+        return {"format": FORMAT, "pipelines": [t.state() for t in self.tallies]}
+
+    def save(self, prefix: str) -> None:
+        """Write ``<prefix>.queuekit-input`` (before the model's files: see the module)."""
+        data = json.dumps(self.state(), separators=(",", ":")).encode()
+        if "://" in prefix:  # a bucket: an object appears whole when its writer closes
+            with tf.io.gfile.GFile(prefix + SUFFIX, "wb") as f:
+                f.write(data)
+            return
+        os.makedirs(os.path.dirname(prefix) or ".", exist_ok=True)  # as the Saver's op does
+        atomic_write(prefix + SUFFIX, data)
+        _remove_stale(os.path.dirname(prefix) or ".", prefix)
+
+    def checkpoint(self, fetches, feed_dict) -> None:
+        """Before a run: a ``Saver``'s save gets the input position beside it; a restore
+        while the input runs cannot rewind it, and says so."""
+        run = checkpoint_run(self._graph, fetches, feed_dict, self._kinds)
+        if run is None:
+            return
+        kind, prefix = run
+        if kind == "save":
+            self.save(prefix)
+        elif self.tallies:
+            log.warning("%s was restored while the input pipeline runs: its input position "
+                        "is not applied (restore before the first run, or pass "
+                        "checkpoint_dir)", prefix)
+
+    def resume(self, prefix: str | None, sess) -> None:
+        """Continue every pipeline from the input state saved with checkpoint ``prefix``."""
+        if prefix is None or not self.tallies:
+            return
+        path = prefix + SUFFIX
+        try:
+            with tf.io.gfile.GFile(path, "rb") as f:
+                state = json.loads(f.read())
+        except tf.errors.NotFoundError:
+            log.warning("checkpoint %s has no input position (written outside a queuekit "
+                        "session, or by an earlier version): the input starts its epoch over",
+                        prefix)
+            return
+        except (OSError, ValueError, tf.errors.OpError) as e:
+            raise DatasetError(f"{path}: not a queuekit input position ({e})") from e
+        if not isinstance(state, dict) or state.get("format") != FORMAT:
+            raise DatasetError(f"{path}: an input position of an unknown format")
+        saved = {p.get("name"): p for p in state.get("pipelines", []) if isinstance(p, dict)}
+        for tally in self.tallies:
+            if tally.position.name in saved:
+                try:
+                    tally.resume(saved[tally.position.name], sess)
+                except (KeyError, TypeError, ValueError) as e:
+                    raise DatasetError(f"{path}: a malformed input position ({e!r})") from e
+
+
+def checkpoint_run(graph: tf.Graph, fetches, feed_dict,
+                   cache: dict[str, str]) -> tuple[str, str] | None:
+    """("save" | "restore", the checkpoint prefix) when ``fetches`` is a ``Saver``'s save or
+    restore: what ``Saver.save`` and ``Saver.restore`` run (a name, and the path fed)."""
+    if not isinstance(fetches, str) or not feed_dict or len(feed_dict) != 1:
+        return None
+    kind = cache.get(fetches)
+    if kind is None:
+        kind = cache[fetches] = _checkpoint_kind(graph, fetches)
+    if not kind:
+        return None
+    (value,) = feed_dict.values()
+    value = value.decode() if isinstance(value, bytes) else str(value)
+    return kind, value
+
+
+def _checkpoint_kind(graph: tf.Graph, name: str) -> str:
+    try:
+        element = graph.as_graph_element(name)
+    except (KeyError, ValueError, TypeError):
+        return ""
+    op = element.op if isinstance(element, tf.Tensor) else element
+    seen: set[str] = set()
+    todo = [op]
+    while todo and len(seen) < 10_000:
+        op = todo.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        if op.type in _SAVE_OPS:
+            return "save"
+        if op.type in _RESTORE_OPS:
+            return "restore"
+        todo += [t.op for t in op.inputs] + list(op.control_inputs)
+    return ""
+
+
+def _remove_stale(folder: str, keep: str) -> None:
+    """Remove the input positions of checkpoints the folder's index no longer lists (the
+    ``Saver`` removed their model files: ``max_to_keep``); only our own regular files."""
+    state = tf.train.get_checkpoint_state(folder)
+    if state is None:
+        return
+    live = {os.path.basename(p) for p in state.all_model_checkpoint_paths}
+    live.add(os.path.basename(keep))
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        if not name.endswith(SUFFIX) or name[:-len(SUFFIX)] in live:
+            continue
+        path = os.path.join(folder, name)
+        try:
+            if os.path.isfile(path) and not os.path.islink(path):
+                os.unlink(path)
+        except OSError as e:
+            log.debug("could not remove %s: %r", path, e)
+
+
+class NotingSession(SessionInterface):
+    """A raw session that writes the input position beside every checkpoint saved through
+    it: what hooks get (TF's ``CheckpointSaverHook`` saves through its run context)."""
+
+    def __init__(self, sess, positions: InputPositions):
+        self._sess = sess
+        self._positions = positions
+
+    @property
+    def graph(self):
+        return self._sess.graph
+
+    @property
+    def sess_str(self):
+        return self._sess.sess_str
+
+    def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        self._positions.checkpoint(fetches, feed_dict)
+        return self._sess.run(fetches, feed_dict, options, run_metadata)
+
+    def partial_run_setup(self, fetches, feeds=None):
+        return self._sess.partial_run_setup(fetches, feeds)
+
+    def partial_run(self, handle, fetches, feed_dict=None):
+        return self._sess.partial_run(handle, fetches, feed_dict)
+
+
+class _Consumed(tf.compat.v1.train.SessionRunHook):
+    """Fetches the position components of every batch a run takes, and counts them (run
+    before the program's hooks, so a checkpoint its after_run writes includes this step)."""
+
+    def __init__(self, positions: InputPositions):
+        self._positions = positions
+
+    def before_run(self, run_context):
+        wanted = self._positions.wanted(run_context.original_args.fetches)
+        return tf.compat.v1.train.SessionRunArgs(wanted) if wanted else None
+
+    def after_run(self, run_context, run_values):
+        for i, (file_ids, places) in (run_values.results or {}).items():
+            self._positions.tallies[i].consumed(file_ids, places)
