@@ -3,9 +3,11 @@ resumed from it, so a killed job delivers every record once per epoch.
 
 For each resumable pipeline of the graph (:mod:`queuekit.pipelines.position`)
 a :class:`Tally` counts, per record, how many times a step took it out of the
-batch queue: a hook, run before the program's hooks, fetches the batch's
-position components with every run that dequeues it. Records read but still
-in the queues (a shuffle buffer) are not consumed.
+batch queue: every run that dequeues a pipeline's batch (its fetches merged
+with its hooks', which may dequeue too) also fetches that batch's position
+components, counted before any hook's ``after_run`` (a checkpoint a hook
+writes includes the step). Records read but still in the queues (a shuffle
+buffer) are not consumed.
 
 A checkpoint written through the session (``saver.save(qs, path)``, TF's
 ``CheckpointSaverHook`` among its hooks, ``monitored_training_session``) gets
@@ -170,14 +172,18 @@ class InputPositions:
         self._graph = graph
         self._kinds: dict[str, str] = {}
 
-    def hook(self) -> Any:
-        return _Consumed(self)
-
-    def wanted(self, fetches) -> dict[int, Any]:
-        """The position components to fetch with a run of ``fetches``, by tally."""
+    def counted(self, run, fetches, feed_dict, options, run_metadata):
+        """``run(fetches, ...)``, with the position components of every batch it dequeues
+        fetched too and counted."""
         reads = self._reads(fetches)
-        return {i: t.position.consumed for i, t in enumerate(self.tallies)
-                if t.position.consumed is not None and t.position.batch_queue in reads}
+        wanted = {i: t.position.consumed for i, t in enumerate(self.tallies)
+                  if t.position.consumed is not None and t.position.batch_queue in reads}
+        if not wanted:
+            return run(fetches, feed_dict, options, run_metadata)
+        out = run((fetches, wanted), feed_dict, options, run_metadata)
+        for i, (file_ids, places) in out[1].items():
+            self.tallies[i].consumed(file_ids, places)
+        return out[0]
 
     def state(self) -> dict[str, Any]:
         return {"format": FORMAT, "pipelines": [t.state() for t in self.tallies]}
@@ -318,19 +324,3 @@ class NotingSession(SessionInterface):
 
     def partial_run(self, handle, fetches, feed_dict=None):
         return self._sess.partial_run(handle, fetches, feed_dict)
-
-
-class _Consumed(tf.compat.v1.train.SessionRunHook):
-    """Fetches the position components of every batch a run takes, and counts them (run
-    before the program's hooks, so a checkpoint its after_run writes includes this step)."""
-
-    def __init__(self, positions: InputPositions):
-        self._positions = positions
-
-    def before_run(self, run_context):
-        wanted = self._positions.wanted(run_context.original_args.fetches)
-        return tf.compat.v1.train.SessionRunArgs(wanted) if wanted else None
-
-    def after_run(self, run_context, run_values):
-        for i, (file_ids, places) in (run_values.results or {}).items():
-            self._positions.tallies[i].consumed(file_ids, places)

@@ -134,7 +134,6 @@ class QueueSession(SessionInterface):
         self._resume_input = resume_input
         # The input position of queuekit's builders (None: the graph has none).
         self._positions: InputPositions | None = None
-        self._first_hooks: list[Any] = []
         self._reads = ReadsCache(self._graph)
         self._input_sizes: dict[str, int] = {}  # at start: a file cut or grown under a reader
         self._graph_ctx: Any = None
@@ -263,8 +262,7 @@ class QueueSession(SessionInterface):
         running.policy.raise_pending(None)
         if self._positions is not None:
             self._positions.checkpoint(fetches, feed_dict)  # a Saver's save: note the input
-        # The input position's tally first: a checkpoint a hook writes includes this step.
-        hooks = self._first_hooks + self._hooks + running.hooks
+        hooks = self._hooks + running.hooks  # the program's, then those of queuekit's features
         if not hooks:
             return self._step(fetches, feed_dict, options, run_metadata)
         result, stop = run_with_hooks(hooks, self._hook_session, self._step, fetches,
@@ -274,6 +272,12 @@ class QueueSession(SessionInterface):
         return result
 
     def _step(self, fetches, feed_dict, options, run_metadata):
+        if self._positions is not None:  # count what the step consumes (hooks' fetches too)
+            return self._positions.counted(self._policy_run, fetches, feed_dict, options,
+                                           run_metadata)
+        return self._policy_run(fetches, feed_dict, options, run_metadata)
+
+    def _policy_run(self, fetches, feed_dict, options, run_metadata):
         assert self._running is not None  # started by the caller
         try:
             return self._running.policy.run(self._sess, fetches, feed_dict, options,
@@ -357,7 +361,6 @@ class QueueSession(SessionInterface):
             self._check_inputs()
             if graph_objects(self._graph, GraphKeys.INPUT_POSITIONS):
                 self._positions = InputPositions(self._graph, sess, self._reads)
-                self._first_hooks = [self._positions.hook()]
                 if self._resume_input and self._init.chief:
                     self._positions.resume(restored, sess)
         running = SessionThreads(
