@@ -70,6 +70,8 @@ class Log(v1.train.SessionRunHook):
 
 
 hooks = [Log()]
+if cfg.get("preempt"):
+    hooks.append(qk.PreemptionCheckpointHook(ckdir, saver=saver, checkpoint_basename="model"))
 if cfg["save"] == "hook":
     hooks.append(v1.train.CheckpointSaverHook(ckdir, save_steps=cfg["every"], saver=saver))
 with qk.QueueSession(graph, checkpoint_dir=ckdir, hooks=hooks) as qs:

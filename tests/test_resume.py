@@ -143,6 +143,30 @@ def test_a_crash_between_the_input_state_and_the_model_leaves_them_consistent(tm
     assert history == list(range(N_FILES * PER_FILE))
 
 
+def test_sigterm_with_preemption_on_saves_the_step_exits_143_and_resumes_exactly(tmp_path,
+                                                                               files):
+    """SIGTERM mid-run (PreemptionCheckpointHook): the step in progress finishes, a checkpoint
+    at that step is written with its input position, the job exits 143; the restart
+    continues with the next record (one reader: the unbroken sequence)."""
+    cfg = dict(BASE, files=files, ckdir=str(tmp_path / "ck"), log=str(tmp_path / "log"),
+               every=1000, preempt=True)
+    child = _job(cfg, 0)
+    for _ in range(8):  # "ready" and 7 steps
+        child.stdout.readline()
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 143, err[-3000:]
+    lines = [[int(v) for v in line.split()] for line in open(tmp_path / "log")]
+    last = max(step for run, step, *ids in lines)
+    assert last >= 7 and _latest_step(tmp_path / "ck") == last
+    assert (tmp_path / "ck" / f"model-{last}.queuekit-input").exists()
+    again = _job(cfg, 1)
+    _, err = again.communicate(timeout=120)
+    assert again.returncode == 0, err[-3000:]
+    lines = [[int(v) for v in line.split()] for line in open(tmp_path / "log")]
+    assert [i for run, step, *ids in lines for i in ids] == list(range(N_FILES * PER_FILE))
+
+
 def test_a_changed_dataset_is_named_not_mixed(tmp_path, files):
     """A file that grew since the checkpoint: the restart fails naming it."""
     cfg = dict(BASE, files=files, ckdir=str(tmp_path / "ck"), log=str(tmp_path / "log"))
@@ -156,3 +180,128 @@ def test_a_changed_dataset_is_named_not_mixed(tmp_path, files):
     out, err = again.communicate(timeout=120)
     assert again.returncode == 1, err[-2000:]
     assert f"{files[2]} changed since the checkpoint" in err
+
+
+# -- in this process: how a session finds, applies and refuses an input position ----------
+import logging  # noqa: E402
+
+import tensorflow as tf  # noqa: E402
+
+import queuekit as qk  # noqa: E402
+from tests.helpers import v1  # noqa: E402
+
+
+def _ids_batch(files, **kw):
+    v1.train.get_or_create_global_step()  # a model for the Saver to save
+    return qk.tfrecord_batches(files, batch_size=5, num_epochs=1, parse_fn=lambda s: (
+        tf.io.parse_single_example(s, {"id": tf.io.FixedLenFeature([], tf.int64)})), **kw)
+
+
+def _consume(qs, batch, steps):
+    return [i for _ in range(steps) for i in qs.run(batch)["id"].tolist()]
+
+
+def test_saver_restore_before_the_first_run_resumes_and_resume_input_false_starts_over(
+        tmp_path, files):
+    """saver.restore(qs, path) before any run applies the position; resume_input=False and a
+    checkpoint written by a plain session (no position) start the epoch over."""
+    prefix = str(tmp_path / "ck" / "model")
+    with qk.QueueSession() as qs:
+        batch = _ids_batch(files)
+        saver = v1.train.Saver()
+        first = _consume(qs, batch, 4)
+        saver.save(qs, prefix)
+    with qk.QueueSession() as qs:
+        batch = _ids_batch(files)
+        saver = v1.train.Saver()
+        saver.restore(qs, prefix)
+        rest = [i for b in qs.iterate(batch) for i in b["id"].tolist()]
+    assert first + rest == list(range(N_FILES * PER_FILE))
+    with qk.QueueSession(resume_input=False) as qs:
+        batch = _ids_batch(files)
+        v1.train.Saver().restore(qs, prefix)
+        assert _consume(qs, batch, 1) == [0, 1, 2, 3, 4]
+
+
+def test_a_checkpoint_without_a_position_or_of_other_files_starts_over(tmp_path, files,
+                                                                       caplog):
+    """A checkpoint saved through the raw session has no position (a warning); one whose
+    pipeline of that name read other files (an eval graph restoring a training checkpoint)
+    is another input: both start at the beginning."""
+    ckdir = tmp_path / "ck"
+    with qk.QueueSession() as qs:
+        batch = _ids_batch(files)
+        _consume(qs, batch, 2)
+        v1.train.Saver().save(qs.session, str(ckdir / "raw"))
+    with caplog.at_level(logging.WARNING, logger="queuekit"):
+        with qk.QueueSession(checkpoint_dir=str(ckdir)) as qs:
+            assert _consume(qs, _ids_batch(files), 1) == [0, 1, 2, 3, 4]
+    assert "has no input position" in caplog.text
+    other = [write_id_records(tmp_path / "eval.tfrecords", 10, start=1000)]
+    with qk.QueueSession() as qs:
+        _consume(qs, _ids_batch(files), 3)
+        v1.train.Saver().save(qs, str(ckdir / "model"))
+    with qk.QueueSession(checkpoint_dir=str(ckdir)) as qs:
+        assert _consume(qs, _ids_batch(other), 1) == [1000, 1001, 1002, 1003, 1004]
+
+
+def test_a_file_added_since_the_checkpoint_is_named(tmp_path, files):
+    """The checkpoint's pipeline read four files; the restarted one reads five: an error
+    naming the added file, never a silent mix."""
+    ckdir = tmp_path / "ck"
+    with qk.QueueSession() as qs:
+        _consume(qs, _ids_batch(files), 2)
+        v1.train.Saver().save(qs, str(ckdir / "model"))
+    extra = write_id_records(tmp_path / "part9.tfrecords", 3, start=900)
+    with pytest.raises(qk.DatasetError, match="part9.tfrecords was added"):
+        with qk.QueueSession(checkpoint_dir=str(ckdir)) as qs:
+            qs.run(_ids_batch(files + [extra]))
+
+
+def test_monitored_training_session_resumes_and_hand_built_inputs_are_named(tmp_path, files,
+                                                                          caplog):
+    """qk.monitored_training_session: its CheckpointSaverHook's checkpoints carry the
+    position, the next one resumes there; a hand-built producer in the same graph is named
+    as starting over."""
+    ckdir = str(tmp_path / "train")
+    seen = []
+    for run in range(2):
+        with tf.Graph().as_default():
+            batch = _ids_batch(files)
+            hand = v1.train.string_input_producer(files, num_epochs=1)
+            step = v1.train.get_or_create_global_step()
+            with tf.control_dependencies([batch["id"]]):
+                train = step.assign_add(1)
+            stop = v1.train.StopAtStepHook(last_step=5)
+            with caplog.at_level(logging.WARNING, logger="queuekit"):
+                with qk.monitored_training_session(checkpoint_dir=ckdir,
+                                                   hooks=[stop] if run == 0 else []) as sess:
+                    while not sess.should_stop():
+                        try:
+                            ids, _ = sess.run([batch["id"], train])
+                        except qk.EndOfData:
+                            break
+                        seen += ids.tolist()
+            assert hand is not None
+    assert seen == list(range(N_FILES * PER_FILE))
+    assert "input_producer" in caplog.text and "starts over" in caplog.text
+
+
+def test_checkpoints_hold_no_skip_table_and_old_positions_go_with_their_checkpoints(tmp_path,
+                                                                                  files):
+    """The Saver saves the model only (no skip table); with max_to_keep=2 the positions of
+    the checkpoints it deleted are deleted too, and nothing else in the folder."""
+    ckdir = tmp_path / "ck"
+    ckdir.mkdir()
+    (ckdir / "notes.queuekit-input.txt").write_text("mine")
+    with qk.QueueSession() as qs:
+        batch = _ids_batch(files)
+        saver = v1.train.Saver(max_to_keep=2)
+        for k in range(4):
+            _consume(qs, batch, 1)
+            saver.save(qs, str(ckdir / "model"), global_step=k)
+    names = sorted(n for n in os.listdir(ckdir) if "queuekit-input" in n)
+    assert names == ["model-2.queuekit-input", "model-3.queuekit-input",
+                     "notes.queuekit-input.txt"]
+    reader = tf.train.load_checkpoint(str(ckdir / "model-3"))
+    assert not [k for k in reader.get_variable_to_shape_map() if "skip" in k]

@@ -61,6 +61,7 @@ class InputPosition:
     file_ids: Any  # int64 [len(files)]: each file's fingerprint, as the batch carries it
     table: Any = None  # the skip table (keep_unconsumed's)
     guard: Any = None  # the CriticalSection its count-down runs in
+    producer_queue: str = ""  # the filename queue
     batch_queue: str = ""  # the queue whose dequeue consumes records
     consumed: tuple[Any, Any] | None = None  # (file ids, places) of a dequeued batch
 
@@ -97,7 +98,7 @@ def epoch_files(files, num_epochs: int | None, shuffle: bool, seed: int | None, 
             seed, epoch,
             epoch.assign(epoch_value), epoch_value, table.insert(skip_keys, skip_counts),
             skip_keys, skip_counts, tf.strings.to_hash_bucket_fast(names, FINGERPRINT_BUCKETS),
-            table, tf.CriticalSection(name="skip_guard"))
+            table, tf.CriticalSection(name="skip_guard"), queue.queue_ref.op.name)
     graph_objects(_v1.get_default_graph(), GraphKeys.INPUT_POSITIONS).append(position)
     return queue, position
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from queuekit.session.preemption import PreemptionCheckpointHook
 from queuekit.session.queue_session import DEFAULT_STALL_TIMEOUT_SECS, QueueSession
 from queuekit.session.start import session_config
 
@@ -74,7 +75,8 @@ def monitored_training_session(
         max_wait_secs: float = 7200, save_checkpoint_steps=USE_DEFAULT,
         summary_dir: str | None = None, save_graph_def: bool = True, *,
         stall_timeout_secs: float | None = DEFAULT_STALL_TIMEOUT_SECS,
-        recovery_wait_secs: float = WORKER_RECOVERY_WAIT_SECS) -> QueueSession:
+        recovery_wait_secs: float = WORKER_RECOVERY_WAIT_SECS,
+        save_on_preemption: bool = False) -> QueueSession:
     """A started :class:`~queuekit.QueueSession` set up as ``MonitoredTrainingSession`` would.
 
     Migrating is one line: ``tf.compat.v1.train.MonitoredTrainingSession(``
@@ -89,6 +91,9 @@ def monitored_training_session(
         stall_timeout_secs: see :class:`~queuekit.QueueSession`.
         recovery_wait_secs: how often a non-chief checks whether the chief is
             ready (TF's ``WorkerSessionCreator`` waits 30 s).
+        save_on_preemption: on SIGTERM the chief finishes its step, writes a
+            checkpoint into ``checkpoint_dir`` (with the input position) and
+            exits with 143 (:class:`~queuekit.PreemptionCheckpointHook`).
 
     ``stop_grace_period_secs`` is the :class:`~queuekit.QueueSession`'s
     ``stop_grace_secs``: queuekit closes the queues first, so threads normally
@@ -110,6 +115,8 @@ def monitored_training_session(
         creator = _v1.train.ChiefSessionCreator(
             scaffold=scaffold, checkpoint_dir=checkpoint_dir, master=master, config=config)
         all_hooks.extend(chief_only_hooks or [])
+        if save_on_preemption and checkpoint_dir:
+            all_hooks.append(PreemptionCheckpointHook(checkpoint_dir, scaffold=scaffold))
         all_hooks.extend(_chief_hooks(scaffold, checkpoint_dir, summary_dir or checkpoint_dir,
                                       log_step_count_steps, save_summaries_steps,
                                       save_summaries_secs, save_checkpoint_steps,

@@ -171,6 +171,7 @@ class InputPositions:
         self._reads = reads
         self._graph = graph
         self._kinds: dict[str, str] = {}
+        self._saved_in: set[str] = set()  # folders to tidy once their Saver is done
 
     def counted(self, run, fetches, feed_dict, options, run_metadata):
         """``run(fetches, ...)``, with the position components of every batch it dequeues
@@ -197,11 +198,20 @@ class InputPositions:
             return
         os.makedirs(os.path.dirname(prefix) or ".", exist_ok=True)  # as the Saver's op does
         atomic_write(prefix + SUFFIX, data)
-        _remove_stale(os.path.dirname(prefix) or ".", prefix)
+        self._saved_in.add(os.path.dirname(prefix) or ".")
+
+    def tidy(self) -> None:
+        """Remove the positions of checkpoints that are gone (the ``Saver``'s ``max_to_keep``
+        removes model files after the save): at the next run, and when the session
+        closes."""
+        while self._saved_in:
+            _remove_stale(self._saved_in.pop())
 
     def checkpoint(self, fetches, feed_dict) -> None:
         """Before a run: a ``Saver``'s save gets the input position beside it; a restore
         while the input runs cannot rewind it, and says so."""
+        if self._saved_in:
+            self.tidy()
         run = checkpoint_run(self._graph, fetches, feed_dict, self._kinds)
         if run is None:
             return
@@ -215,7 +225,11 @@ class InputPositions:
 
     def resume(self, prefix: str | None, sess) -> None:
         """Continue every pipeline from the input state saved with checkpoint ``prefix``."""
-        if prefix is None or not self.tallies:
+        if prefix is None:
+            return
+        warn_unresumable(self._graph, {t.position.producer_queue for t in self.tallies},
+                          prefix)
+        if not self.tallies:
             return
         path = prefix + SUFFIX
         try:
@@ -237,6 +251,18 @@ class InputPositions:
                     tally.resume(saved[tally.position.name], sess)
                 except (KeyError, TypeError, ValueError) as e:
                     raise DatasetError(f"{path}: a malformed input position ({e!r})") from e
+
+
+def warn_unresumable(graph: tf.Graph, ours: set[str], prefix: str) -> None:
+    """Say so when a restored job has input producers queuekit cannot resume (a hand-built
+    ``string_input_producer``, ``slice_input_producer``, ``image_folder_batches``)."""
+    theirs = sorted({qr.queue.queue_ref.op.name for qr in
+                     graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
+                     if "input_producer" in qr.queue.queue_ref.op.name} - ours)
+    if theirs:
+        log.warning("restored %s: the input of %s (not a tfrecord_batches or "
+                    "fixed_length_batches pipeline) starts over: records read before the "
+                    "checkpoint are read again in this epoch", prefix, ", ".join(theirs))
 
 
 def checkpoint_run(graph: tf.Graph, fetches, feed_dict,
@@ -276,20 +302,16 @@ def _checkpoint_kind(graph: tf.Graph, name: str) -> str:
     return ""
 
 
-def _remove_stale(folder: str, keep: str) -> None:
-    """Remove the input positions of checkpoints the folder's index no longer lists (the
-    ``Saver`` removed their model files: ``max_to_keep``); only our own regular files."""
-    state = tf.train.get_checkpoint_state(folder)
-    if state is None:
-        return
-    live = {os.path.basename(p) for p in state.all_model_checkpoint_paths}
-    live.add(os.path.basename(keep))
+def _remove_stale(folder: str) -> None:
+    """Remove the input positions whose checkpoint is gone (the ``Saver``'s ``max_to_keep``
+    removed its model files, or a crash left the position alone): only our own regular
+    files, each beside no ``<prefix>.index``."""
     try:
         names = os.listdir(folder)
     except OSError:
         return
     for name in names:
-        if not name.endswith(SUFFIX) or name[:-len(SUFFIX)] in live:
+        if not name.endswith(SUFFIX) or name[:-len(SUFFIX)] + ".index" in names:
             continue
         path = os.path.join(folder, name)
         try:

@@ -19,7 +19,12 @@ from queuekit.graph_keys import GraphKeys, graph_objects
 from queuekit.records.files import check_files, check_sizes, resized, sizes
 from queuekit.session.diagnose import fixed_length_inputs, tfrecord_files
 from queuekit.session.policy import PartialRun, ended_queue, run_with_hooks
-from queuekit.session.position import InputPositions, NotingSession, checkpoint_run
+from queuekit.session.position import (
+    InputPositions,
+    NotingSession,
+    checkpoint_run,
+    warn_unresumable,
+)
 from queuekit.session.queue_ops import queue_ops
 from queuekit.session.reads import ReadsCache
 from queuekit.session.runners import QueueStat
@@ -363,6 +368,8 @@ class QueueSession(SessionInterface):
                 self._positions = InputPositions(self._graph, sess, self._reads)
                 if self._resume_input and self._init.chief:
                     self._positions.resume(restored, sess)
+            elif restored:
+                warn_unresumable(self._graph, set(), restored)
         running = SessionThreads(
             self._graph, sess, self._reads, self._stall_timeout, self._grace,
             task=self._task.device if self._task else self._target, chief=self._init.chief)
@@ -439,6 +446,8 @@ class QueueSession(SessionInterface):
             if clean_end and running.policy.pending_error() is None:
                 for hook in self._hooks:
                     hook.end(self._hook_session)
+            if self._positions is not None:
+                self._positions.tidy()
         finally:
             # One deadline for the whole stop, as Coordinator.join has. A remote session's
             # close is what cancels a step blocked on a ps (a relay's take): half is kept for it.
