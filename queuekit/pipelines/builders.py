@@ -41,6 +41,7 @@ from queuekit.pipelines.batching import (
 )
 from queuekit.pipelines.decode import DecodeOptions, resized
 from queuekit.pipelines.layout import parse_records, record_layout
+from queuekit.pipelines.position import epoch_files, keep_unconsumed, take_consumed
 from queuekit.records.files import check_files, compression_of_all, expand_files
 from queuekit.records.folder import ImageFolder, scan_image_folder
 from queuekit.records.tfrecord import first_record
@@ -256,11 +257,14 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
     h, w = _pair(image_size)
     capacity = capacity_for(capacity, batch_size, h * w * 3)
     with quiet_deprecations(), worker_inputs(), tf.name_scope(name or "image_folder_batches"):
-        path, label = _v1.train.slice_input_producer(
-            # As bytes: a name that is not UTF-8 is kept, not a UnicodeEncodeError.
-            [tf.constant([os.fsencode(p) for p in folder.paths]),
-             tf.constant(folder.labels, tf.int32)],
-            num_epochs=num_epochs, shuffle=shuffle, seed=seed)
+        # The producer carries each image's index (for its label); its name is the record.
+        queue, position = epoch_files(
+            folder.paths, num_epochs, shuffle, seed, items=[b"%d" % i for i in range(
+                len(folder.paths))], position_name=_v1.get_default_graph().get_name_scope())
+        index = tf.strings.to_number(queue.dequeue(), tf.int32)
+        # As bytes: a name that is not UTF-8 is kept, not a UnicodeEncodeError.
+        path = tf.gather(tf.constant([os.fsencode(p) for p in folder.paths]), index)
+        label = tf.gather(tf.constant(folder.labels, tf.int32), index)
         contents = tf.io.read_file(path)
         # decode_image's own error does not say which file; check the magic bytes first.
         known = tf.reduce_any(tf.stack([
@@ -271,17 +275,20 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
             image = tf.io.decode_image(contents, channels=3, expand_animations=False)
         image = resized(image, (h, w))
         image.set_shape([h, w, 3])
-        tensors = {"image": image, "label": label,
-                   "filename": tf.strings.regex_replace(
-                       path, "^" + _regex_escape(folder.root.rstrip(os.sep) + os.sep), "")}
+        tensors = keep_unconsumed(position, tf.strings.join([path, ":0"]), {
+            "image": image, "label": label, "filename": tf.strings.regex_replace(
+                path, "^" + _regex_escape(folder.root.rstrip(os.sep) + os.sep), "")},
+            many=False)
         if shuffle:
             capacity, min_after = shuffle_sizes(capacity, None, batch_size)
         else:
             min_after = None
         batch = make_batch([tensors], batch_size=batch_size, shuffle=shuffle, seed=seed,
-                       capacity=capacity, min_after_dequeue=min_after,
-                       allow_smaller=num_epochs is not None, enqueue_many=False,
-                       num_threads=num_threads)
+                           capacity=capacity, min_after_dequeue=min_after,
+                           allow_smaller=num_epochs is not None, enqueue_many=True,
+                           num_threads=num_threads)
+        runner = _v1.get_collection(_v1.GraphKeys.QUEUE_RUNNERS)[-1]
+        take_consumed(position, batch, runner.queue.queue_ref.op.name)
         if tuned:
             mark_tuned()
         return finish(batch, normalize)

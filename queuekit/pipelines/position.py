@@ -1,7 +1,7 @@
 """What a builder adds so that a restarted job resumes its input at the next unconsumed record.
 
-Every ``tfrecord_batches`` and ``fixed_length_batches`` pipeline (not a work
-queue's: its chief keeps books of its own) is built with
+Every ``tfrecord_batches``, ``fixed_length_batches`` and ``image_folder_batches``
+pipeline (not a work queue's: its chief keeps books of its own) is built with
 
 - its own filename producer (:func:`epoch_files`): a local ``epoch`` counter,
   and with ``shuffle`` each epoch's file order drawn by a stateless shuffle
@@ -14,8 +14,8 @@ queue's: its chief keeps books of its own) is built with
   pass of it in each of two epochs; the count must go down once per read);
 - two hidden batch components naming each record: its file (a 64-bit
   fingerprint of the name the reader was given) and its place in the file
-  (the byte offset a ``TFRecordReader`` reports, or a fixed-length record's
-  index). The session fetches them with every run that takes a batch: that is
+  (the byte offset a ``TFRecordReader`` reports, a fixed-length record's
+  index, 0 for an image file). The session fetches them with every run that takes a batch: that is
   consumption, and what a checkpoint saves.
 
 The pipeline's :class:`InputPosition` is in the graph collection
@@ -27,6 +27,7 @@ nothing fills the skip table and the pipeline reads every record, as before.
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 from typing import Any
 
@@ -47,7 +48,8 @@ class InputPosition:
 
     name: str  # the pipeline's name scope: how a checkpoint's state finds it again
     files: tuple[str, ...]
-    record_kind: str  # "offset" (TFRecord byte offsets) or "index" (fixed-length records)
+    # "offset" (TFRecord byte offsets), "index" (fixed-length records), "file" (one a file)
+    record_kind: str
     fixed: tuple[int, int, int] | None  # record_bytes, header_bytes, footer_bytes for "index"
     num_epochs: int | None
     shuffle: bool
@@ -67,12 +69,18 @@ class InputPosition:
 
 
 def epoch_files(files, num_epochs: int | None, shuffle: bool, seed: int | None, *,
-                position_name: str, fixed: tuple[int, int, int] | None = None):
+                position_name: str, fixed: tuple[int, int, int] | None = None,
+                items=None):
     """(filename queue, :class:`InputPosition`): ``string_input_producer`` with an epoch
-    counter the session can set and each epoch's order a function of ``(seed, epoch)``."""
+    counter the session can set and each epoch's order a function of ``(seed, epoch)``.
+
+    ``items``: what the queue carries for each file, when not its name (an image
+    folder's: the file's index, for its label)."""
     files = tuple(files)
     seed = random.getrandbits(31) if seed is None else int(seed)
-    names = tf.constant(list(files), tf.string)
+    # As bytes: a name that is not UTF-8 is kept, not a UnicodeEncodeError.
+    names = tf.constant([os.fsencode(f) for f in files], tf.string)
+    content = names if items is None else tf.constant(list(items), tf.string)
     with tf.name_scope("input_producer"):
         epoch = _v1.Variable(0, dtype=tf.int64, trainable=False, name="epoch",
                              collections=[_v1.GraphKeys.LOCAL_VARIABLES])
@@ -80,13 +88,12 @@ def epoch_files(files, num_epochs: int | None, shuffle: bool, seed: int | None, 
         # as string_input_producer's limit_epochs does.
         started = (epoch.count_up_to(num_epochs) if num_epochs is not None
                    else epoch.assign_add(1) - 1)
-        order = names
         if shuffle:
             order = tf.random.experimental.stateless_shuffle(
-                names, seed=tf.stack([tf.constant(seed, tf.int64), started]))
+                content, seed=tf.stack([tf.constant(seed, tf.int64), started]))
         else:
             with tf.control_dependencies([started]):
-                order = tf.identity(names)
+                order = tf.identity(content)
         queue = tf.queue.FIFOQueue(_PRODUCER_CAPACITY, [tf.string], shapes=[[]])
         _v1.train.add_queue_runner(_v1.train.QueueRunner(queue, [queue.enqueue_many([order])]))
         epoch_value = _v1.placeholder(tf.int64, [], name="epoch_value")
@@ -94,7 +101,8 @@ def epoch_files(files, num_epochs: int | None, shuffle: bool, seed: int | None, 
         skip_counts = _v1.placeholder(tf.int64, [None], name="skip_counts")
         table = _skip_table()
         position = InputPosition(
-            position_name, files, "index" if fixed else "offset", fixed, num_epochs, shuffle,
+            position_name, files, "file" if items is not None else "index" if fixed else "offset",
+            fixed, num_epochs, shuffle,
             seed, epoch,
             epoch.assign(epoch_value), epoch_value, table.insert(skip_keys, skip_counts),
             skip_keys, skip_counts, tf.strings.to_hash_bucket_fast(names, FINGERPRINT_BUCKETS),
@@ -134,10 +142,14 @@ def keep_unconsumed(position: InputPosition, keys, tensors: dict, *, many: bool)
     # (a warning on every save); the note only guards nested executions, which this is not.
     executions = _v1.get_collection_ref("critical_section_executions")
     executions[:] = [e for e in executions if e.handle is not position.guard._handle]
-    places = tf.strings.regex_replace(keys, "^.*:", "")
+    # Byte-wise, not a regex: RE2 does not match across a name's bytes that are not UTF-8.
+    parts = tf.strings.split(keys, ":")
+    places = tf.gather(parts.flat_values, parts.row_limits() - 1)  # each key's last part
+    lengths = tf.strings.length(keys) - tf.strings.length(places) - 1
+    names = tf.strings.substr(keys, tf.zeros_like(lengths), lengths)
     out = {k: _rows(v, keep) for k, v in tensors.items()}
     out[POSITION_FILE] = tf.boolean_mask(tf.strings.to_hash_bucket_fast(
-        tf.strings.regex_replace(keys, ":[0-9]+$", ""), FINGERPRINT_BUCKETS), keep)
+        names, FINGERPRINT_BUCKETS), keep)
     out[POSITION_RECORD] = tf.boolean_mask(tf.strings.to_number(places, tf.int64), keep)
     return out
 

@@ -96,7 +96,8 @@ class Tally:
         keys, skips = [], []
         for path, places, c in zip(self.files, self._places, counts, strict=True):
             ahead = np.nonzero(c > done)[0]
-            keys += [f"{path}:{int(places[i])}" for i in ahead]
+            name = os.fsencode(path)  # as the reader reports it, also when not UTF-8
+            keys += [name + b":%d" % int(places[i]) for i in ahead]
             skips += [int(c[i] - done) for i in ahead]
         p = self.position
         epoch = done if p.num_epochs is None else min(done, p.num_epochs)
@@ -112,6 +113,8 @@ class Tally:
 def _record_places(path: str, position) -> np.ndarray:
     """What the reader reports for each record of ``path``: byte offsets of a TFRecord
     file's records (a walk of their headers), or fixed-length records' indexes."""
+    if position.record_kind == "file":
+        return np.zeros(1, np.int64)
     if position.record_kind == "index":
         record_bytes, header, footer = position.fixed
         n = max(0, (os.path.getsize(path) - header - footer) // record_bytes)
@@ -255,14 +258,14 @@ class InputPositions:
 
 def warn_unresumable(graph: tf.Graph, ours: set[str], prefix: str) -> None:
     """Say so when a restored job has input producers queuekit cannot resume (a hand-built
-    ``string_input_producer``, ``slice_input_producer``, ``image_folder_batches``)."""
+    ``string_input_producer`` or ``slice_input_producer``)."""
     theirs = sorted({qr.queue.queue_ref.op.name for qr in
                      graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
                      if "input_producer" in qr.queue.queue_ref.op.name} - ours)
     if theirs:
-        log.warning("restored %s: the input of %s (not a tfrecord_batches or "
-                    "fixed_length_batches pipeline) starts over: records read before the "
-                    "checkpoint are read again in this epoch", prefix, ", ".join(theirs))
+        log.warning("restored %s: the input of %s (not built by queuekit's builders) "
+                    "starts over: records read before the checkpoint are read again in this "
+                    "epoch", prefix, ", ".join(theirs))
 
 
 def checkpoint_run(graph: tf.Graph, fetches, feed_dict,
