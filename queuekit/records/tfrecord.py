@@ -261,8 +261,10 @@ def what_it_is(path: str) -> str:
     return ""
 
 
-def check_framing(path: str) -> Corruption | None:
-    """The first framing fault of ``path`` (a bad length CRC, a truncation), or None.
+def check_framing(path: str, offsets: list[int] | None = None) -> Corruption | None:
+    """The first framing fault of ``path`` (a bad length CRC, a truncation), or None;
+    ``offsets`` gets the byte offset of every record before it (in the decompressed
+    stream of a compressed file, as TensorFlow's reader counts them).
 
     TensorFlow's reader takes a record header cut short as the end of the file,
     so a file truncated inside a header would silently lose its last record.
@@ -271,8 +273,12 @@ def check_framing(path: str) -> Corruption | None:
     compressed file is decompressed and walked as a stream.
     """
     if compression_of(path):
-        return next((c for c in scan_records(path, data=False) if isinstance(c, Corruption)),
-                    None)
+        for item in scan_records(path, data=False):
+            if isinstance(item, Corruption):
+                return item
+            if offsets is not None:
+                offsets.append(item.offset)
+        return None
     size = os.path.getsize(path)
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -294,6 +300,8 @@ def check_framing(path: str) -> Corruption | None:
             if end > size:
                 return Corruption(index, pos, f"truncated: record of {length} bytes cut at "
                                               f"{max(0, size - pos - 12)}")
+            if offsets is not None:
+                offsets.append(pos)
             pos, index = end, index + 1
         return None
     finally:

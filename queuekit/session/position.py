@@ -40,7 +40,7 @@ import tensorflow as tf
 from queuekit.errors import DatasetError
 from queuekit.graph_keys import GraphKeys, graph_objects
 from queuekit.records.files import atomic_write
-from queuekit.records.tfrecord import Corruption, scan_records
+from queuekit.records.tfrecord import check_framing
 from queuekit.session.start import SessionInterface
 
 log = logging.getLogger(__name__)
@@ -119,11 +119,8 @@ def _record_places(path: str, position) -> np.ndarray:
         record_bytes, header, footer = position.fixed
         n = max(0, (os.path.getsize(path) - header - footer) // record_bytes)
         return np.arange(n, dtype=np.int64)
-    places = []
-    for item in scan_records(path, data=False):
-        if isinstance(item, Corruption):
-            break  # the reader stops there too; the session's input check names it
-        places.append(item.offset)
+    places: list[int] = []
+    check_framing(path, places)  # a fault ends the list: the session's input check names it
     return np.asarray(places, np.int64)
 
 
