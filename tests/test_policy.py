@@ -48,7 +48,8 @@ def test_end_of_input_is_end_of_data_and_ends_the_policy(session):
     sess = make()
     running = _started(graph, sess)
     try:
-        sess.run([fill, close])
+        sess.run(fill)
+        sess.run(close)  # not in fill's run: the two would race
         assert running.policy.run(sess, take, None, None, None).tolist() == [1, 2]
         with pytest.raises(qk.EndOfData) as info:
             running.policy.run(sess, take, None, None, None)

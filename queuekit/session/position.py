@@ -346,3 +346,6 @@ class NotingSession(SessionInterface):
 
     def partial_run(self, handle, fetches, feed_dict=None):
         return self._sess.partial_run(handle, fetches, feed_dict)
+
+    def __getattr__(self, name):  # make_callable (SyncReplicasOptimizer's hook), list_devices...
+        return getattr(self._sess, name)
