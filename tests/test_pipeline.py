@@ -248,7 +248,8 @@ def test_capacity_is_bounded_by_bytes(tmp_path):
         qk.tfrecord_batches(path, batch_size=32, num_epochs=1)
         qs.run(tf.constant(0))
         cap = {s.name: s.capacity for s in qs.queue_stats()}["tfrecord_batches/batch/fifo_queue"]
-    assert cap == batching.QUEUE_BYTES // (256 * 256 * 3)
+    image = 256 * 256 * 3  # and a few small components (label, names, the record's key)
+    assert batching.QUEUE_BYTES // (image + 512) <= cap <= batching.QUEUE_BYTES // image
 
 
 @pytest.mark.parametrize("cut", range(1, 12))

@@ -22,7 +22,7 @@ from queuekit.cluster.inputs import (
 )
 from queuekit.cluster.work import FILE_KEY
 from queuekit.graph_keys import GraphKeys
-from queuekit.pipelines.position import epoch_files, keep_unconsumed, take_consumed
+from queuekit.pipelines.position import POSITION_KEY, epoch_files, take_consumed, unconsumed
 
 _v1 = tf.compat.v1
 # Default queue memory: elements of the batch queue, in bytes of uint8 images.
@@ -163,16 +163,20 @@ def shuffle_sizes(capacity, min_after_dequeue, batch_size):
 
 def file_batches(files, read, opts: Batching, *, read_many: int, name: str,
                  device: str | None = None, fixed: tuple[int, int, int] | None = None):
-    """Batches from ``files``: ``read(filename_queue)`` builds one reader's (keys, dict of
-    tensors); ``fixed``: (record_bytes, header_bytes, footer_bytes) of fixed-length records,
-    whose keys number records rather than bytes (``position.InputPosition``).
+    """Batches from ``files``.
+
+    ``read(filename_queue)`` makes one reader and returns ``(next_read, parse)``:
+    ``next_read()`` builds a read on it, ``(keys, raw)``, and ``parse(keys, raw)``
+    the dict of tensors of those records. A pipeline that is not a work queue's
+    skips what a restored checkpoint consumed between the two
+    (:mod:`~queuekit.pipelines.position`) and carries each record's key.
+    ``fixed``: (record_bytes, header_bytes, footer_bytes) of fixed-length
+    records, whose keys number records rather than bytes.
 
     ``device``: this worker's (``cluster.inputs.worker_device``), found here when None.
 
     With ``read_many`` (:func:`records_per_read`) each reader's tensors have a
-    leading batch dimension; a resumable pipeline (any but a work queue's) is
-    enqueued many in any case, with the records a checkpoint consumed dropped
-    (:mod:`~queuekit.pipelines.position`).
+    leading batch dimension (``enqueue_many``).
     """
     allow_smaller = opts.allow_smaller_final_batch
     if allow_smaller is None:
@@ -186,14 +190,19 @@ def file_batches(files, read, opts: Batching, *, read_many: int, name: str,
             queues, work = work_queue_inputs(
                 opts.work_queue, files, n_readers, name=scope,
                 num_epochs=opts.num_epochs, shuffle=opts.shuffle, seed=opts.seed)
-            readers = [read(q)[1] for q in queues]
+            readers = []
+            for q in queues:
+                next_read, parse = read(q)
+                readers.append(parse(*next_read()))
         else:
             filename_queue, position = epoch_files(
                 files, opts.num_epochs, opts.shuffle, opts.seed, position_name=scope,
                 fixed=fixed)
-            readers = [keep_unconsumed(position, *read(filename_queue), many=many)
-                       for _ in range(n_readers)]
-            many = True
+            readers = []
+            for _ in range(n_readers):
+                next_read, parse = read(filename_queue)
+                keys, raw = unconsumed(position, next_read, many=many)
+                readers.append(dict(parse(keys, raw), **{POSITION_KEY: keys}))
         element_bytes = check_static_shapes(readers[0], many=many)
         capacity = capacity_for(opts.capacity, opts.batch_size, element_bytes, read_many)
         min_after = None

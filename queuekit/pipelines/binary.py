@@ -98,9 +98,13 @@ def fixed_length_batches(files, layout="cifar10", *, record_bytes: int | None = 
     def read(filename_queue):
         reader = _v1.FixedLengthRecordReader(record_bytes, header_bytes=header_bytes,
                                              footer_bytes=footer_bytes)
-        keys, value = (reader.read_up_to(filename_queue, read_many) if read_many
-                       else reader.read(filename_queue))
-        return keys, (parse_fn or (lambda v: parse_fixed(v, layout)))(value)
+
+        def next_read():
+            return (reader.read_up_to(filename_queue, read_many) if read_many
+                    else reader.read(filename_queue))
+
+        return next_read, lambda keys, value: (
+            parse_fn or (lambda v: parse_fixed(v, layout)))(value)
 
     return file_batches(files, read, opts, read_many=read_many,
                         fixed=(record_bytes, header_bytes, footer_bytes),

@@ -41,7 +41,7 @@ from queuekit.pipelines.batching import (
 )
 from queuekit.pipelines.decode import DecodeOptions, resized
 from queuekit.pipelines.layout import parse_records, record_layout
-from queuekit.pipelines.position import epoch_files, keep_unconsumed, take_consumed
+from queuekit.pipelines.position import POSITION_KEY, epoch_files, take_consumed, unconsumed
 from queuekit.records.files import check_files, compression_of_all, expand_files
 from queuekit.records.folder import ImageFolder, scan_image_folder
 from queuekit.records.tfrecord import first_record
@@ -205,11 +205,15 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
                                  remote=parse_fn is None and bool(record_shard or device))
 
     def read(filename_queue):
-        keys, serialized = _records(_reader(kind), filename_queue, read_many, record_shard)
-        tensors = parse(serialized, keys)
-        if work_queue:  # the session counts each file's records out of the batch queue
-            tensors = dict(tensors, **{FILE_KEY: file_of(keys)})
-        return keys, tensors
+        reader = _reader(kind)
+
+        def parsed(keys, serialized):
+            tensors = parse(serialized, keys)
+            if work_queue:  # the session counts each file's records out of the batch queue
+                tensors = dict(tensors, **{FILE_KEY: file_of(keys)})
+            return tensors
+
+        return lambda: _records(reader, filename_queue, read_many, record_shard), parsed
 
     return file_batches(files, read, opts, read_many=read_many, name=name or "tfrecord_batches",
                         device=device)
@@ -261,9 +265,15 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
         queue, position = epoch_files(
             folder.paths, num_epochs, shuffle, seed, items=[b"%d" % i for i in range(
                 len(folder.paths))], position_name=_v1.get_default_graph().get_name_scope())
-        index = tf.strings.to_number(queue.dequeue(), tf.int32)
         # As bytes: a name that is not UTF-8 is kept, not a UnicodeEncodeError.
-        path = tf.gather(tf.constant([os.fsencode(p) for p in folder.paths]), index)
+        paths = tf.constant([os.fsencode(p) for p in folder.paths])
+
+        def next_image():
+            index = tf.strings.to_number(queue.dequeue(), tf.int32)
+            return tf.strings.join([tf.gather(paths, index), ":0"]), index
+
+        key, index = unconsumed(position, next_image, many=False)
+        path = tf.gather(paths, index)
         label = tf.gather(tf.constant(folder.labels, tf.int32), index)
         contents = tf.io.read_file(path)
         # decode_image's own error does not say which file; check the magic bytes first.
@@ -275,17 +285,16 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
             image = tf.io.decode_image(contents, channels=3, expand_animations=False)
         image = resized(image, (h, w))
         image.set_shape([h, w, 3])
-        tensors = keep_unconsumed(position, tf.strings.join([path, ":0"]), {
-            "image": image, "label": label, "filename": tf.strings.regex_replace(
-                path, "^" + _regex_escape(folder.root.rstrip(os.sep) + os.sep), "")},
-            many=False)
+        tensors = {"image": image, "label": label, POSITION_KEY: key,
+                   "filename": tf.strings.regex_replace(
+                       path, "^" + _regex_escape(folder.root.rstrip(os.sep) + os.sep), "")}
         if shuffle:
             capacity, min_after = shuffle_sizes(capacity, None, batch_size)
         else:
             min_after = None
         batch = make_batch([tensors], batch_size=batch_size, shuffle=shuffle, seed=seed,
                            capacity=capacity, min_after_dequeue=min_after,
-                           allow_smaller=num_epochs is not None, enqueue_many=True,
+                           allow_smaller=num_epochs is not None, enqueue_many=False,
                            num_threads=num_threads)
         runner = _v1.get_collection(_v1.GraphKeys.QUEUE_RUNNERS)[-1]
         take_consumed(position, batch, runner.queue.queue_ref.op.name)

@@ -7,21 +7,22 @@ pipeline (not a work queue's: its chief keeps books of its own) is built with
   and with ``shuffle`` each epoch's file order drawn by a stateless shuffle
   of ``(seed, epoch)``, so epoch k has the same order in every run and after
   a restart;
-- after each read, a filter (:func:`keep_unconsumed`) that drops the records
-  a restored checkpoint says were consumed already: a skip table the session
-  fills before the runners start, looked up and counted down inside one
-  ``tf.CriticalSection`` (two readers can read the same record at once, one
-  pass of it in each of two epochs; the count must go down once per read);
-- two hidden batch components naming each record: its file (a 64-bit
-  fingerprint of the name the reader was given) and its place in the file
-  (the byte offset a ``TFRecordReader`` reports, a fixed-length record's
-  index, 0 for an image file). The session fetches them with every run that takes a batch: that is
-  consumption, and what a checkpoint saves.
+- around each read, a skip (:func:`unconsumed`) of the records a restored
+  checkpoint says were consumed already: a skip table the session fills
+  before the runners start, counted down inside one ``tf.CriticalSection``
+  (two readers can read the same record at once, one pass of it in each of
+  two epochs; its count must go down once per read). It costs one
+  ``tf.cond`` on a counter while nothing is to be skipped: a read then goes
+  through untouched, one record enqueued as before;
+- each record's reader key (``<file>:<byte offset>``, ``<file>:<record
+  index>`` for fixed-length records, ``<file>:0`` for an image file) as a
+  hidden batch component. The session fetches it with every run that takes a
+  batch: that is consumption, and what a checkpoint saves.
 
-The pipeline's :class:`InputPosition` is in the graph collection
-``graph_objects(graph, GraphKeys.INPUT_POSITIONS)``; ``queuekit.session.position`` reads it (the
-two parts never import each other). In a session that is not queuekit's
-nothing fills the skip table and the pipeline reads every record, as before.
+The pipeline's :class:`InputPosition` is in
+``graph_objects(graph, GraphKeys.INPUT_POSITIONS)``; ``queuekit.session.position``
+reads it (the two parts never import each other). In a session that is not
+queuekit's nothing is ever to be skipped and the pipeline reads every record.
 """
 
 from __future__ import annotations
@@ -36,9 +37,7 @@ import tensorflow as tf
 from queuekit.graph_keys import GraphKeys, graph_objects
 
 _v1 = tf.compat.v1
-POSITION_FILE = "queuekit_position_file"  # batch components, taken out of the user's dict
-POSITION_RECORD = "queuekit_position_record"
-FINGERPRINT_BUCKETS = 2**63 - 1
+POSITION_KEY = "queuekit_position_key"  # a batch component, taken out of the user's dict
 _PRODUCER_CAPACITY = 32  # string_input_producer's
 
 
@@ -57,15 +56,15 @@ class InputPosition:
     epoch: Any  # local int64 variable: how many epochs the producer started
     set_epoch: Any  # op: epoch = epoch_value
     epoch_value: Any
-    fill_skip: Any  # op: skip[skip_keys] = skip_counts
+    fill_skip: Any  # op: skip[skip_keys] = skip_counts; pending = their sum
     skip_keys: Any  # placeholder [None] string: "<file>:<offset or index>", as the reader says
     skip_counts: Any  # placeholder [None] int64: reads of that record to drop
-    file_ids: Any  # int64 [len(files)]: each file's fingerprint, as the batch carries it
-    table: Any = None  # the skip table (keep_unconsumed's)
+    pending: Any  # local int64 variable: reads still to skip (0: reads go through as they are)
+    table: Any = None  # the skip table (unconsumed's)
     guard: Any = None  # the CriticalSection its count-down runs in
     producer_queue: str = ""  # the filename queue
     batch_queue: str = ""  # the queue whose dequeue consumes records
-    consumed: tuple[Any, Any] | None = None  # (file ids, places) of a dequeued batch
+    consumed: Any = None  # the reader keys of a dequeued batch
 
 
 def epoch_files(files, num_epochs: int | None, shuffle: bool, seed: int | None, *,
@@ -100,12 +99,15 @@ def epoch_files(files, num_epochs: int | None, shuffle: bool, seed: int | None, 
         skip_keys = _v1.placeholder(tf.string, [None], name="skip_keys")
         skip_counts = _v1.placeholder(tf.int64, [None], name="skip_counts")
         table = _skip_table()
+        pending = _v1.Variable(0, dtype=tf.int64, trainable=False, name="pending_skips",
+                               collections=[_v1.GraphKeys.LOCAL_VARIABLES], use_resource=True)
+        fill = tf.group(table.insert(skip_keys, skip_counts),
+                        pending.assign(tf.reduce_sum(skip_counts)))
         position = InputPosition(
             position_name, files, "file" if items is not None else "index" if fixed else "offset",
             fixed, num_epochs, shuffle,
             seed, epoch,
-            epoch.assign(epoch_value), epoch_value, table.insert(skip_keys, skip_counts),
-            skip_keys, skip_counts, tf.strings.to_hash_bucket_fast(names, FINGERPRINT_BUCKETS),
+            epoch.assign(epoch_value), epoch_value, fill, skip_keys, skip_counts, pending,
             table, tf.CriticalSection(name="skip_guard"), queue.queue_ref.op.name)
     graph_objects(_v1.get_default_graph(), GraphKeys.INPUT_POSITIONS).append(position)
     return queue, position
@@ -122,61 +124,45 @@ def _skip_table():
     return table
 
 
-def keep_unconsumed(position: InputPosition, keys, tensors: dict, *, many: bool) -> dict:
-    """``tensors`` of one read with the records the skip table names dropped, and the two
-    position components added; always with a leading dimension (enqueued many)."""
-    if not many:
-        keys = tf.expand_dims(keys, 0)
-        tensors = {k: _expand(v) for k, v in tensors.items()}
-    table = position.table
+def unconsumed(position: InputPosition, next_read, *, many: bool):
+    """``next_read()``'s ``(keys, values)``, past the records a restore says to skip: with
+    ``many`` (vectors) the kept ones; else (one record) the first read not skipped."""
+    keys, values = next_read()
 
-    def count_down():
-        n = table.lookup(keys)
+    def count_down(k):
+        """Which of the reads ``k`` to keep; counts each skip down (in the guard)."""
+        table = position.table
+        n = table.lookup(k)
         skip = n > 0
-        done = table.insert(tf.boolean_mask(keys, skip), tf.boolean_mask(n, skip) - 1)
-        with tf.control_dependencies([done]):
+        done = table.insert(tf.boolean_mask(k, skip), tf.boolean_mask(n, skip) - 1)
+        left = position.pending.assign_sub(tf.reduce_sum(tf.cast(skip, tf.int64)))
+        with tf.control_dependencies([done, left]):
             return tf.logical_not(skip)
 
-    keep = position.guard.execute(count_down)
-    # TF notes each execution in a collection that a Saver's meta graph cannot serialize
-    # (a warning on every save); the note only guards nested executions, which this is not.
+    def skipping():
+        if many:
+            keep = position.guard.execute(lambda: count_down(keys))
+            return tf.boolean_mask(keys, keep), tf.boolean_mask(values, keep)
+        return tuple(tf.while_loop(
+            lambda k, v: tf.logical_not(position.guard.execute(
+                lambda: count_down(tf.expand_dims(k, 0)))[0]),
+            lambda k, v: tuple(next_read()), (keys, values)))
+
+    keys, values = tf.cond(position.pending.read_value() > 0, skipping, lambda: (keys, values))
+    _quiet_guard(position)
+    return keys, values
+
+
+def _quiet_guard(position: InputPosition) -> None:
+    # TF notes each CriticalSection execution in a collection that a Saver's meta graph
+    # cannot serialize (a warning on every save); the note guards nested executions only.
     executions = _v1.get_collection_ref("critical_section_executions")
     executions[:] = [e for e in executions if e.handle is not position.guard._handle]
-    # Byte-wise, not a regex: RE2 does not match across a name's bytes that are not UTF-8.
-    parts = tf.strings.split(keys, ":")
-    places = tf.gather(parts.flat_values, parts.row_limits() - 1)  # each key's last part
-    lengths = tf.strings.length(keys) - tf.strings.length(places) - 1
-    names = tf.strings.substr(keys, tf.zeros_like(lengths), lengths)
-    out = {k: _rows(v, keep) for k, v in tensors.items()}
-    out[POSITION_FILE] = tf.boolean_mask(tf.strings.to_hash_bucket_fast(
-        names, FINGERPRINT_BUCKETS), keep)
-    out[POSITION_RECORD] = tf.boolean_mask(tf.strings.to_number(places, tf.int64), keep)
-    return out
-
-
-def _expand(value):
-    if isinstance(value, tf.SparseTensor):
-        return tf.sparse.expand_dims(value, 0)
-    return tf.expand_dims(value, 0)
-
-
-def _rows(value, keep):
-    """The rows of ``value`` (a tensor or a SparseTensor, first dimension = records) kept."""
-    if not isinstance(value, tf.SparseTensor):
-        return tf.boolean_mask(value, keep)
-    kept_rows = tf.cast(tf.gather(keep, value.indices[:, 0]), tf.bool)
-    new_row = tf.cumsum(tf.cast(keep, tf.int64)) - 1  # old row -> its row among the kept
-    retained = tf.sparse.retain(value, kept_rows)
-    indices = tf.concat([tf.gather(new_row, retained.indices[:, :1])[:, :1],
-                         retained.indices[:, 1:]], axis=1)
-    shape = tf.concat([tf.reduce_sum(tf.cast(keep, tf.int64), keepdims=True),
-                       retained.dense_shape[1:]], axis=0)
-    return tf.SparseTensor(indices, retained.values, shape)
 
 
 def take_consumed(position: InputPosition, batch: dict, batch_queue: str) -> dict:
-    """Take the position components out of the batch the user gets; the session fetches
-    them with every run that dequeues ``batch_queue``."""
-    position.consumed = (batch.pop(POSITION_FILE), batch.pop(POSITION_RECORD))
+    """Take the reader keys out of the batch the user gets; the session fetches them with
+    every run that dequeues ``batch_queue``."""
+    position.consumed = batch.pop(POSITION_KEY)
     position.batch_queue = batch_queue
     return batch

@@ -4,8 +4,8 @@ resumed from it, so a killed job delivers every record once per epoch.
 For each resumable pipeline of the graph (:mod:`queuekit.pipelines.position`)
 a :class:`Tally` counts, per record, how many times a step took it out of the
 batch queue: every run that dequeues a pipeline's batch (its fetches merged
-with its hooks', which may dequeue too) also fetches that batch's position
-components, counted before any hook's ``after_run`` (a checkpoint a hook
+with its hooks', which may dequeue too) also fetches that batch's reader
+keys, counted before any hook's ``after_run`` (a checkpoint a hook
 writes includes the step). Records read but still in the queues (a shuffle
 buffer) are not consumed.
 
@@ -29,6 +29,7 @@ that differs.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
@@ -45,6 +46,7 @@ from queuekit.session.start import SessionInterface
 
 log = logging.getLogger(__name__)
 SUFFIX = ".queuekit-input"
+_FOLD_AT = 50_000  # distinct keys a tally holds before it counts them into its arrays
 FORMAT = 1
 _SAVE_OPS = ("SaveV2", "Save", "SaveSlices", "MergeV2Checkpoints")
 _RESTORE_OPS = ("RestoreV2", "Restore", "RestoreSlice")
@@ -53,26 +55,41 @@ _RESTORE_OPS = ("RestoreV2", "Restore", "RestoreSlice")
 class Tally:
     """What the steps consumed of one pipeline: per file, a count per record."""
 
-    def __init__(self, position, file_ids):
+    def __init__(self, position):
         self.position = position
         self.files = list(position.files)
-        self._file_index = {int(f): i for i, f in enumerate(file_ids)}
+        self._file_index = {os.fsencode(f): i for i, f in enumerate(self.files)}
         self.sizes = [os.path.getsize(f) for f in self.files]
         self._places = [_record_places(f, position) for f in self.files]
         self.counts = [np.zeros(len(p), np.int64) for p in self._places]
+        # Reader keys consumed since the last _fold: a step only counts its batch's keys in
+        # C (the main thread's Python time is the runner threads' GIL time too).
+        self._seen: collections.Counter[bytes] = collections.Counter()
 
-    def consumed(self, file_ids, places) -> None:
-        """Count one batch's records (what the hook fetched)."""
-        file_ids, places = np.asarray(file_ids), np.asarray(places)
-        for fid in np.unique(file_ids):
-            i = self._file_index.get(int(fid))
-            if i is None:
+    def consumed(self, keys) -> None:
+        """Count one batch's records, from their reader keys ``<file>:<place>``."""
+        self._seen.update(keys)
+        if len(self._seen) > _FOLD_AT:
+            self._fold()
+
+    def _fold(self) -> None:
+        by_file: dict[bytes, list[int]] = {}
+        repeats: dict[bytes, list[int]] = {}
+        for key, n in self._seen.items():
+            name, _, place = key.rpartition(b":")
+            by_file.setdefault(name, []).append(int(place))
+            repeats.setdefault(name, []).append(n)
+        self._seen.clear()
+        for name, places in by_file.items():
+            i = self._file_index.get(name)
+            if i is None or not len(self.counts[i]):
                 continue
-            mine = places[file_ids == fid]
-            index = np.searchsorted(self._places[i], mine)
-            np.add.at(self.counts[i], np.minimum(index, len(self.counts[i]) - 1), 1)
+            index = np.searchsorted(self._places[i], places)
+            np.add.at(self.counts[i], np.minimum(index, len(self.counts[i]) - 1),
+                      repeats[name])
 
     def state(self) -> dict[str, Any]:
+        self._fold()
         p = self.position
         return {"name": p.name, "kind": p.record_kind, "shuffle": p.shuffle, "seed": p.seed,
                 "num_epochs": p.num_epochs,
@@ -104,6 +121,7 @@ class Tally:
         sess.run(p.set_epoch, {p.epoch_value: epoch})
         if keys:
             sess.run(p.fill_skip, {p.skip_keys: keys, p.skip_counts: skips})
+        self._seen.clear()
         self.counts = counts
         log.info("pipeline %s resumes in epoch %d, %d record(s) of it consumed before the "
                  "checkpoint", p.name, epoch, len(keys))
@@ -165,25 +183,22 @@ class InputPositions:
     """The tallies of a session's resumable pipelines, their hook, and their checkpoints."""
 
     def __init__(self, graph: tf.Graph, sess, reads):
-        positions = graph_objects(graph, GraphKeys.INPUT_POSITIONS)
-        ids = sess.run([p.file_ids for p in positions]) if positions else []
-        self.tallies = [Tally(p, i) for p, i in zip(positions, ids, strict=True)]
+        self.tallies = [Tally(p) for p in graph_objects(graph, GraphKeys.INPUT_POSITIONS)]
         self._reads = reads
         self._graph = graph
         self._kinds: dict[str, str] = {}
         self._saved_in: set[str] = set()  # folders to tidy once their Saver is done
 
-    def counted(self, run, fetches, feed_dict, options, run_metadata):
-        """``run(fetches, ...)``, with the position components of every batch it dequeues
-        fetched too and counted."""
-        reads = self._reads(fetches)
-        wanted = {i: t.position.consumed for i, t in enumerate(self.tallies)
-                  if t.position.consumed is not None and t.position.batch_queue in reads}
+    def counted(self, run, fetches, reads):
+        """``run(fetches)`` (a run that dequeues ``reads``), with the reader keys of every
+        batch it dequeues fetched too and counted."""
+        wanted = [t for t in self.tallies
+                  if t.position.consumed is not None and t.position.batch_queue in reads]
         if not wanted:
-            return run(fetches, feed_dict, options, run_metadata)
-        out = run((fetches, wanted), feed_dict, options, run_metadata)
-        for i, (file_ids, places) in out[1].items():
-            self.tallies[i].consumed(file_ids, places)
+            return run(fetches)
+        out = run([fetches] + [t.position.consumed for t in wanted])
+        for tally, keys in zip(wanted, out[1:], strict=True):
+            tally.consumed(keys)
         return out[0]
 
     def state(self) -> dict[str, Any]:

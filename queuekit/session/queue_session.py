@@ -277,16 +277,17 @@ class QueueSession(SessionInterface):
         return result
 
     def _step(self, fetches, feed_dict, options, run_metadata):
+        reads = self._reads(fetches)
         if self._positions is not None:  # count what the step consumes (hooks' fetches too)
-            return self._positions.counted(self._policy_run, fetches, feed_dict, options,
-                                           run_metadata)
-        return self._policy_run(fetches, feed_dict, options, run_metadata)
+            return self._positions.counted(lambda f: self._policy_run(
+                f, feed_dict, options, run_metadata, reads), fetches, reads)
+        return self._policy_run(fetches, feed_dict, options, run_metadata, reads)
 
-    def _policy_run(self, fetches, feed_dict, options, run_metadata):
+    def _policy_run(self, fetches, feed_dict, options, run_metadata, reads):
         assert self._running is not None  # started by the caller
         try:
             return self._running.policy.run(self._sess, fetches, feed_dict, options,
-                                            run_metadata, reads=self._reads(fetches))
+                                            run_metadata, reads=reads)
         except EndOfData as end:
             self._check_unchanged(end)
             self._report_cut_input(end)
