@@ -204,8 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     root.setLevel(logging.DEBUG if args.verbose else logging.INFO)
     try:
         # Signals first: a SIGTERM during TensorFlow's import also exits 143.
-        # A local make needs no TensorFlow (its errors and workers are TensorFlow-free).
-        load = not (args.command == "make" and args.runner == "local")
+        # A local make, export and inspect need no TensorFlow (they read and write records
+        # themselves; only a corrupt record's error class loads it).
+        load = not (args.command in ("export", "inspect")
+                    or (args.command == "make" and args.runner == "local"))
         with signals_end_the_command(), quiet_tensorflow(args.verbose, load=load):
             return _run(func, args)
     except KeyboardInterrupt:

@@ -226,7 +226,7 @@ def test_sigterm_while_tensorflow_imports_exits_143(tmp_path):
         "    return real(name, *a, **k)\n"
         "builtins.__import__ = hook\n"
         "from queuekit.cli import main\n"
-        "sys.exit(main(['inspect', sys.argv[1]]))\n")
+        "sys.exit(main(['bench', sys.argv[1], '--seconds', '0.1']))\n")
     child = run_script(code, path)
     _, err = child.communicate(timeout=120)
     assert child.returncode == 143, err[-2000:]

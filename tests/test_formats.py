@@ -450,3 +450,47 @@ def test_bench_runs_on_inception_photos_of_many_sizes(tmp_path):
                           seconds=0.3, repeat=1, warmup_batches=1, compare=("tfdata",))
     assert [r.error for r in report.rows] == [None, None]
     assert all(r.records_per_s > 0 for r in report.rows)
+
+
+def test_queuekits_example_decoder_agrees_with_protobuf():
+    """records.proto.parse_example gives what tf.train.Example's protobuf gives: bytes,
+    floats, negative int64s, empty features, names that are not ASCII, a SequenceExample's
+    context; bytes that are no message are a ValueError."""
+    import random
+
+    from queuekit.records.example import feature_value
+    from queuekit.records.proto import parse_example
+
+    rng = random.Random(3)
+    for _ in range(50):
+        feats = {}
+        for k in range(rng.randint(0, 6)):
+            kind = rng.choice(["bytes", "float", "int64", "empty"])
+            n = rng.randint(0, 5)
+            if kind == "bytes":
+                f = tf.train.Feature(bytes_list=tf.train.BytesList(
+                    value=[rng.randbytes(rng.randint(0, 300)) for _ in range(n)]))
+            elif kind == "float":
+                f = tf.train.Feature(float_list=tf.train.FloatList(
+                    value=[rng.uniform(-1e6, 1e6) for _ in range(n)]))
+            elif kind == "int64":
+                f = tf.train.Feature(int64_list=tf.train.Int64List(
+                    value=[rng.randint(-2**63, 2**63 - 1) for _ in range(n)]))
+            else:
+                f = tf.train.Feature()
+            feats[f"f{k}/é"] = f
+        data = tf.train.Example(features=tf.train.Features(feature=feats)).SerializeToString()
+        proto = tf.train.Example.FromString(data).features.feature
+        mine = parse_example(data)
+        assert set(mine) == set(proto)
+        for name in proto:
+            kind, values = feature_value(proto[name])
+            assert mine[name][0] == kind and np.allclose(mine[name][1], values) if (
+                kind == "float") else mine[name] == (kind, values)
+    seq = tf.train.SequenceExample(context=tf.train.Features(feature={
+        "c": tf.train.Feature(int64_list=tf.train.Int64List(value=[7]))}))
+    seq.feature_lists.feature_list["words"].feature.add().bytes_list.value.append(b"hi")
+    assert parse_example(seq.SerializeToString()) == {"c": ("int64", [7])}
+    for junk in (b"\xff", b"\x0a\x05ab", b"\x0b", b"{\n  \"name\": 1}"):
+        with pytest.raises(ValueError):
+            parse_example(junk)

@@ -288,6 +288,33 @@ def test_queuekit_make_runs_without_tensorflow(tmp_path):
     assert qk.inspect_tfrecords(str(tmp_path / "o.tfrecords")).records == 16
 
 
+def test_export_and_inspect_run_without_tensorflow(tmp_path):
+    """`queuekit inspect` and `queuekit export` read records with queuekit's own Example
+    decoder: on a Python where TensorFlow cannot be imported both succeed, with the same
+    answers as with it."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.helpers import without_module
+
+    make_mixed_folder(tmp_path / "src")
+    qk.write_tfrecords(tmp_path / "src", tmp_path / "o.tfrecords", image_size=16, workers=1,
+                       progress=False)
+    code = (without_module("tensorflow")
+            + "import sys\nfrom queuekit.cli import main\nrc = main(sys.argv[1:])\n"
+            + "assert 'tensorflow' not in sys.modules\nsys.exit(rc)\n")
+    record = str(tmp_path / "o.tfrecords")
+    out = subprocess.run([sys.executable, "-c", code, "inspect", record, "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout)["records"] == 16
+    out = subprocess.run([sys.executable, "-c", code, "export", record, str(tmp_path / "x")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert len(list((tmp_path / "x").rglob("*.jpg"))) == 16
+
+
 def test_forkserver_workers_write_the_same_bytes_as_fork(tmp_path):
     """The start method does not change the output, byte for byte."""
     make_mixed_folder(tmp_path / "src")

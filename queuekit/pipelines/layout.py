@@ -20,6 +20,7 @@ from PIL import Image
 from queuekit.errors import BadRecordError, DatasetError
 from queuekit.pipelines.decode import DecodeOptions, check_raw, check_raw_many, decode_encoded
 from queuekit.records.example import first_value, record_shape
+from queuekit.records.proto import parse_example
 from queuekit.records.schema import QUEUEKIT, RecordSchema, detect, how_to_declare, resolve
 from queuekit.records.schema import normalise_format as _format
 from queuekit.records.tfrecord import Record, scan_records, what_it_is
@@ -71,8 +72,8 @@ def first_example(files):
             if not isinstance(item, Record):
                 break  # corrupt at the start: the reader thread will report it
             try:
-                return path, tf.train.Example.FromString(item.data).features.feature
-            except Exception as e:  # noqa: BLE001 - protobuf's DecodeError, and others
+                return path, parse_example(item.data)
+            except ValueError as e:
                 raise BadRecordError(f"{path}: record 0 is not a tf.train.Example ({e})") from e
     hints = [f"{p} looks {what}" for p in files if (what := what_it_is(p))]
     raise DatasetError(f"no records in {', '.join(files)}"

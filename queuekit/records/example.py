@@ -17,11 +17,11 @@ import dataclasses
 import io
 
 import numpy as np
-import tensorflow as tf
 from PIL import Image
 
 from queuekit.errors import BadRecordError
 from queuekit.records.encode import FORMATS, SEED_SHAPE, encode_example, make_example
+from queuekit.records.proto import parse_example
 from queuekit.records.schema import RecordSchema, detect, how_to_declare, normalise_format, resolve
 
 __all__ = ["FORMATS", "SEED_SHAPE", "Decoded", "decode_example", "encode_example",
@@ -40,7 +40,10 @@ class Decoded:
 
 
 def feature_value(feature):
-    """(type name, list of values) of a ``tf.train.Feature``."""
+    """(type name, list of values) of a feature: what :func:`parse_example` gives, or a
+    ``tf.train.Feature``."""
+    if isinstance(feature, tuple):
+        return feature
     kind = feature.WhichOneof("kind")
     if kind is None:
         return "empty", []
@@ -69,10 +72,9 @@ def decode_example(data: bytes, *, where: str, schema=None) -> Decoded:
         BadRecordError: naming ``where`` (file and record index) and what was expected.
     """
     try:
-        example = tf.train.Example.FromString(data)
-    except Exception as e:  # noqa: BLE001 - protobuf raises its own DecodeError
+        feats = parse_example(data)
+    except ValueError as e:
         raise BadRecordError(f"{where}: not a tf.train.Example ({e})") from e
-    feats = example.features.feature
     chosen = resolve(schema) or detect(feats)
     if chosen is None:
         raise BadRecordError(f"{where}: not a layout queuekit knows ({how_to_declare(feats)})")

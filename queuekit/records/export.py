@@ -19,9 +19,8 @@ import unicodedata
 from PIL import Image
 from tqdm import tqdm
 
+from queuekit import errors
 from queuekit.errors import (
-    BadRecordError,
-    CorruptRecordError,
     DatasetError,
     OutputExistsError,
     QueuekitError,
@@ -131,7 +130,9 @@ def _write_images(files, staging: str, ext: str, progress: bool):
             for path in files:
                 for item in scan_records(path):
                     if isinstance(item, Corruption):
-                        raise CorruptRecordError(path, item.index, item.offset, item.reason)
+                        # (its class loads TensorFlow: only when a record is corrupt)
+                        raise errors.CorruptRecordError(path, item.index, item.offset,
+                                                        item.reason)
                     rec = decode_example(item.data, where=f"{path}: record {item.index}")
                     key = (rec.label, rec.label_text)
                     if key not in folders:
@@ -143,7 +144,7 @@ def _write_images(files, staging: str, ext: str, progress: bool):
                     written.append(_save_image(rec.image, staging, rel, _EXPORT_FORMATS[ext]))
                     per_label[folder] += 1
                     bar.update()
-    except (CorruptRecordError, BadRecordError) as e:
+    except QueuekitError as e:  # a corrupt or malformed record (all the loop raises)
         fault = e
     return written + [_classes(staging, folders)], folders, per_label, fault
 

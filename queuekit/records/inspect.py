@@ -7,10 +7,9 @@ import dataclasses
 import json
 import os
 
-import tensorflow as tf
-
 from queuekit.records.example import feature_value, first_value, record_shape
 from queuekit.records.files import expand_files
+from queuekit.records.proto import parse_example
 from queuekit.records.schema import detect, normalise_format
 from queuekit.records.tfrecord import Corruption, compression_of, scan_records
 
@@ -124,11 +123,10 @@ def inspect_tfrecords(paths) -> InspectReport:
 
 def _tally(data, features, shapes, labels, schemas) -> None:
     try:
-        example = tf.train.Example.FromString(data)
-    except Exception:  # noqa: BLE001 - not an Example: count it as such
+        feats = parse_example(data)
+    except ValueError:  # not an Example: count it as such
         shapes[_NOT_EXAMPLE] += 1
         return
-    feats = example.features.feature
     for name, feature in feats.items():
         kind, values = feature_value(feature)
         d = features.setdefault(name, {"type": kind, "lengths": set(), "count": 0})

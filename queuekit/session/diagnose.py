@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from queuekit.graph_keys import GraphKeys, graph_objects
 from queuekit.records.example import first_value
+from queuekit.records.proto import parse_example
 from queuekit.records.schema import detect
 from queuekit.records.tfrecord import Corruption, Record, has_records, record_at, scan_records
 from queuekit.session.reads import READER_OPS, ancestors, queue_op
@@ -204,8 +205,8 @@ def _undecodable_record(files, deadline) -> str | None:
             if not isinstance(item, Record):
                 continue
             try:
-                feats = tf.train.Example.FromString(item.data).features.feature
-            except Exception:  # noqa: BLE001 - protobuf's DecodeError: not ours to judge here
+                feats = parse_example(item.data)
+            except ValueError:  # not an Example: not ours to judge here
                 continue
             schema = detect(feats)
             image = None if schema is None else first_value(feats, schema.image)
@@ -235,8 +236,8 @@ def not_example_note(graph: tf.Graph, op: tf.Operation) -> str | None:
             if time.monotonic() > deadline or not isinstance(item, Record):
                 break
             try:
-                tf.train.Example.FromString(item.data)
-            except Exception:  # noqa: BLE001 - protobuf's DecodeError
+                parse_example(item.data)
+            except ValueError:
                 return (f"queuekit: the record that is not a tf.train.Example is {path}: "
                         f"record {item.index} at byte offset {item.offset}")
     return None
