@@ -329,3 +329,24 @@ def test_image_folder_batches_resume_by_file(tmp_path):
         seen += [f for b in qs.iterate(build()) for f in b["filename"].tolist()]
     counts = collections.Counter(seen)
     assert len(counts) >= 10 and set(counts.values()) == {2}
+
+
+def test_files_given_in_another_order_resume_and_a_tampered_position_is_refused(tmp_path,
+                                                                             files):
+    """The restarted pipeline lists the same files in another order: it resumes by name. A
+    position whose counts do not fit the files (edited, or another dataset's) is a
+    DatasetError, never an allocation of what it claims."""
+    ckdir = tmp_path / "ck"
+    with qk.QueueSession() as qs:
+        first = _consume(qs, _ids_batch(files), 5)
+        v1.train.Saver().save(qs, str(ckdir / "model"))
+    with qk.QueueSession(checkpoint_dir=str(ckdir)) as qs:
+        rest = [i for b in qs.iterate(_ids_batch(files[::-1])) for i in b["id"].tolist()]
+    assert sorted(first + rest) == list(range(N_FILES * PER_FILE))
+    state_path = ckdir / "model.queuekit-input"
+    state = json.loads(state_path.read_text())
+    state["pipelines"][0]["counts"][0] = [[1, 10**12]]
+    state_path.write_text(json.dumps(state))
+    with pytest.raises(qk.DatasetError, match="records for a file of 30"):
+        with qk.QueueSession(checkpoint_dir=str(ckdir)) as qs:
+            qs.run(_ids_batch(files))

@@ -107,8 +107,9 @@ class Tally:
             return False
         _check_same(saved, list(zip(self.files, self.sizes, (len(c) for c in self.counts),
                                     strict=True)), self.position.name)
-        counts = [_unrle(runs, n) for runs, (_, _, n) in zip(state["counts"], saved,
-                                                               strict=True)]
+        by_name = {f: _unrle(runs, n) for runs, (f, _, n) in zip(state["counts"], saved,
+                                                                   strict=True)}
+        counts = [by_name[f] for f in self.files]  # in this pipeline's order, whatever it was
         done = min((int(c.min()) for c in counts if len(c)), default=0)
         keys, skips = [], []
         for path, places, c in zip(self.files, self._places, counts, strict=True):
@@ -153,10 +154,13 @@ def _rle(counts: np.ndarray) -> list[list[int]]:
 
 
 def _unrle(runs, n: int) -> np.ndarray:
-    values = np.repeat([int(v) for v, _ in runs], [int(r) for _, r in runs]).astype(np.int64)
-    if len(values) != n:
-        raise DatasetError(f"an input position of {len(values)} records for a file of {n}")
-    return values
+    """The counts of ``runs``, checked first: the file is untrusted input (a run of 10**12
+    must be an error, not an allocation)."""
+    values = [int(v) for v, _ in runs]
+    lengths = [int(r) for _, r in runs]
+    if min(values + lengths, default=0) < 0 or sum(lengths) != n:
+        raise DatasetError(f"an input position of {sum(lengths)} records for a file of {n}")
+    return np.repeat(values, lengths).astype(np.int64)
 
 
 def _check_same(saved, now, name: str) -> None:
