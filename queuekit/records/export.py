@@ -19,7 +19,7 @@ import unicodedata
 from PIL import Image
 from tqdm import tqdm
 
-from queuekit import errors
+import queuekit.errors as errors
 from queuekit.errors import (
     DatasetError,
     OutputExistsError,
