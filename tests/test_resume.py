@@ -350,3 +350,26 @@ def test_files_given_in_another_order_resume_and_a_tampered_position_is_refused(
     with pytest.raises(qk.DatasetError, match="records for a file of 30"):
         with qk.QueueSession(checkpoint_dir=str(ckdir)) as qs:
             qs.run(_ids_batch(files))
+
+
+def test_a_read_whose_records_were_all_consumed_never_reaches_parse_fn_empty(tmp_path):
+    """read_many=4 after a checkpoint at record 8: the first two reads are skipped whole. The
+    parse_fn (which cannot take an empty vector: decode_raw gives [0, 0]) gets the next read
+    instead of nothing."""
+    path = tmp_path / "data.bin"
+    path.write_bytes(np.arange(40, dtype=np.int64).tobytes())
+
+    def build():
+        v1.train.get_or_create_global_step()
+        return qk.fixed_length_batches(
+            str(path), record_bytes=8, batch_size=4, num_epochs=1, read_many=4,
+            parse_fn=lambda v: {"id": tf.io.decode_raw(v, tf.int64)[..., 0]})
+
+    ckdir = str(tmp_path / "ck")
+    with qk.QueueSession() as qs:
+        batch = build()
+        first = _consume(qs, batch, 2)
+        v1.train.Saver().save(qs, ckdir + "/model")
+    with qk.QueueSession(checkpoint_dir=ckdir) as qs:
+        rest = [i for b in qs.iterate(build()) for i in b["id"].tolist()]
+    assert first + rest == list(range(40))

@@ -139,10 +139,16 @@ def unconsumed(position: InputPosition, next_read, *, many: bool):
         with tf.control_dependencies([done, left]):
             return tf.logical_not(skip)
 
+    def kept(k, v):
+        keep = position.guard.execute(lambda: count_down(k))
+        return tf.boolean_mask(k, keep), tf.boolean_mask(v, keep)
+
     def skipping():
-        if many:
-            keep = position.guard.execute(lambda: count_down(keys))
-            return tf.boolean_mask(keys, keep), tf.boolean_mask(values, keep)
+        if many:  # never an empty read: a parse_fn was never given one
+            return tuple(tf.while_loop(
+                lambda k, v: tf.equal(tf.size(k), 0), lambda k, v: kept(*next_read()),
+                kept(keys, values), shape_invariants=(
+                    tf.TensorShape([None]), tf.TensorShape([None]) + values.shape[1:])))
         return tuple(tf.while_loop(
             lambda k, v: tf.logical_not(position.guard.execute(
                 lambda: count_down(tf.expand_dims(k, 0)))[0]),
