@@ -373,3 +373,22 @@ def test_a_read_whose_records_were_all_consumed_never_reaches_parse_fn_empty(tmp
     with qk.QueueSession(checkpoint_dir=ckdir) as qs:
         rest = [i for b in qs.iterate(build()) for i in b["id"].tolist()]
     assert first + rest == list(range(40))
+
+
+def test_an_evaluation_of_the_training_files_from_a_training_checkpoint_reads_them_all(
+        tmp_path, files):
+    """The training pipeline (shuffled, no epoch limit) saved its position; an evaluation
+    pipeline over the same files (num_epochs=1, in order) that restores that checkpoint is
+    another input: it reads every record."""
+    prefix = str(tmp_path / "ck" / "model")
+    with qk.QueueSession() as qs:
+        v1.train.get_or_create_global_step()
+        train = qk.tfrecord_batches(files, batch_size=5, shuffle=True, seed=1, parse_fn=lambda s: (
+            tf.io.parse_single_example(s, {"id": tf.io.FixedLenFeature([], tf.int64)})))
+        _consume(qs, train, 30)  # past the end of the first epoch
+        v1.train.Saver().save(qs, prefix)
+    with qk.QueueSession() as qs:
+        batch = _ids_batch(files)
+        v1.train.Saver().restore(qs, prefix)
+        assert sorted(i for b in qs.iterate(batch) for i in b["id"].tolist()) == list(
+            range(N_FILES * PER_FILE))

@@ -105,6 +105,15 @@ class Tally:
             log.info("pipeline %s: the checkpoint's input of that name reads other files; "
                      "starting at the beginning", self.position.name)
             return False
+        p = self.position
+        then = (state.get("kind"), state.get("num_epochs"), bool(state.get("shuffle")))
+        if then != (p.record_kind, p.num_epochs, p.shuffle):
+            # Another pipeline over the same files: an evaluation (num_epochs=1, in order)
+            # restoring a training checkpoint must read its epoch whole.
+            log.info("pipeline %s: the checkpoint's pipeline of that name read these files "
+                     "as %s (kind, num_epochs, shuffle), this one as %s: starting at the "
+                     "beginning", p.name, then, (p.record_kind, p.num_epochs, p.shuffle))
+            return False
         _check_same(saved, list(zip(self.files, self.sizes, (len(c) for c in self.counts),
                                     strict=True)), self.position.name)
         by_name = {f: _unrle(runs, n) for runs, (f, _, n) in zip(state["counts"], saved,
@@ -117,7 +126,6 @@ class Tally:
             name = os.fsencode(path)  # as the reader reports it, also when not UTF-8
             keys += [name + b":%d" % int(places[i]) for i in ahead]
             skips += [int(c[i] - done) for i in ahead]
-        p = self.position
         epoch = done if p.num_epochs is None else min(done, p.num_epochs)
         sess.run(p.set_epoch, {p.epoch_value: epoch})
         if keys:
