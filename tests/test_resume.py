@@ -290,10 +290,12 @@ def test_monitored_training_session_resumes_and_hand_built_inputs_are_named(tmp_
 def test_checkpoints_hold_no_skip_table_and_old_positions_go_with_their_checkpoints(tmp_path,
                                                                                   files):
     """The Saver saves the model only (no skip table); with max_to_keep=2 the positions of
-    the checkpoints it deleted are deleted too, and nothing else in the folder."""
+    the checkpoints it deleted are deleted too, and nothing else in the folder, not even a
+    position-named file this session did not write (another job's, a killed one's)."""
     ckdir = tmp_path / "ck"
     ckdir.mkdir()
     (ckdir / "notes.queuekit-input.txt").write_text("mine")
+    (ckdir / "another-job-7.queuekit-input").write_text("{}")
     with qk.QueueSession() as qs:
         batch = _ids_batch(files)
         saver = v1.train.Saver(max_to_keep=2)
@@ -301,8 +303,8 @@ def test_checkpoints_hold_no_skip_table_and_old_positions_go_with_their_checkpoi
             _consume(qs, batch, 1)
             saver.save(qs, str(ckdir / "model"), global_step=k)
     names = sorted(n for n in os.listdir(ckdir) if "queuekit-input" in n)
-    assert names == ["model-2.queuekit-input", "model-3.queuekit-input",
-                     "notes.queuekit-input.txt"]
+    assert names == ["another-job-7.queuekit-input", "model-2.queuekit-input",
+                     "model-3.queuekit-input", "notes.queuekit-input.txt"]
     reader = tf.train.load_checkpoint(str(ckdir / "model-3"))
     assert not [k for k in reader.get_variable_to_shape_map() if "skip" in k]
 

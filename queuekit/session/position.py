@@ -33,6 +33,7 @@ import collections
 import json
 import logging
 import os
+import stat
 from typing import Any
 
 import numpy as np
@@ -199,7 +200,10 @@ class InputPositions:
         self._reads = reads
         self._graph = graph
         self._kinds: dict[str, str] = {}
-        self._saved_in: set[str] = set()  # folders to tidy once their Saver is done
+        # The positions this session wrote, with the file's identity: tidy removes one only
+        # when its checkpoint is gone, and only if it is still the file written here.
+        self._written: dict[str, tuple[int, int]] = {}
+        self._saved = False  # a save since the last tidy
 
     def counted(self, run, fetches, reads):
         """``run(fetches)`` (a run that dequeues ``reads``), with the reader keys of every
@@ -225,19 +229,32 @@ class InputPositions:
             return
         os.makedirs(os.path.dirname(prefix) or ".", exist_ok=True)  # as the Saver's op does
         atomic_write(prefix + SUFFIX, data)
-        self._saved_in.add(os.path.dirname(prefix) or ".")
+        st = os.stat(prefix + SUFFIX)
+        self._written[prefix] = (st.st_dev, st.st_ino)
+        self._saved = True
 
     def tidy(self) -> None:
-        """Remove the positions of checkpoints that are gone (the ``Saver``'s ``max_to_keep``
-        removes model files after the save): at the next run, and when the session
-        closes."""
-        while self._saved_in:
-            _remove_stale(self._saved_in.pop())
+        """Remove the positions this session wrote whose checkpoint is gone (the ``Saver``'s
+        ``max_to_keep`` removes model files after the save; a failed save leaves none): at
+        the next run after a save, and when the session closes. Never a file it did not
+        write: another job's, or one put there since."""
+        self._saved = False
+        for prefix, identity in list(self._written.items()):
+            if os.path.exists(prefix + ".index"):
+                continue
+            del self._written[prefix]
+            path = prefix + SUFFIX
+            try:
+                st = os.lstat(path)
+                if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) == identity:
+                    os.unlink(path)
+            except OSError as e:
+                log.debug("could not remove %s: %r", path, e)
 
     def checkpoint(self, fetches, feed_dict) -> None:
         """Before a run: a ``Saver``'s save gets the input position beside it; a restore
         while the input runs cannot rewind it, and says so."""
-        if self._saved_in:
+        if self._saved:
             self.tidy()
         run = checkpoint_run(self._graph, fetches, feed_dict, self._kinds)
         if run is None:
@@ -327,25 +344,6 @@ def _checkpoint_kind(graph: tf.Graph, name: str) -> str:
             return "restore"
         todo += [t.op for t in op.inputs] + list(op.control_inputs)
     return ""
-
-
-def _remove_stale(folder: str) -> None:
-    """Remove the input positions whose checkpoint is gone (the ``Saver``'s ``max_to_keep``
-    removed its model files, or a crash left the position alone): only our own regular
-    files, each beside no ``<prefix>.index``."""
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return
-    for name in names:
-        if not name.endswith(SUFFIX) or name[:-len(SUFFIX)] + ".index" in names:
-            continue
-        path = os.path.join(folder, name)
-        try:
-            if os.path.isfile(path) and not os.path.islink(path):
-                os.unlink(path)
-        except OSError as e:
-            log.debug("could not remove %s: %r", path, e)
 
 
 class NotingSession(SessionInterface):
