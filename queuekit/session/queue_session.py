@@ -139,6 +139,7 @@ class QueueSession(SessionInterface):
         self._resume_input = resume_input
         # The input position of queuekit's builders (None: the graph has none).
         self._positions: InputPositions | None = None
+        self._noting: NotingSession | None = None  # the session hooks get, with positions
         self._reads = ReadsCache(self._graph)
         self._input_sizes: dict[str, int] = {}  # at start: a file cut or grown under a reader
         self._graph_ctx: Any = None
@@ -332,9 +333,7 @@ class QueueSession(SessionInterface):
     def _hook_session(self) -> Any:
         """The session hooks get (as MonitoredSession's: no policy, no hooks); with input
         positions, one that writes them beside the checkpoints hooks save."""
-        if self._positions is None:
-            return self._sess
-        return NotingSession(self._sess, self._positions)
+        return self._noting if self._noting is not None else self._sess
 
     def _ensure_started(self, restore=None, restored: str | None = None) -> SessionThreads:
         self._check_open()
@@ -367,6 +366,7 @@ class QueueSession(SessionInterface):
             self._check_inputs()
             if graph_objects(self._graph, GraphKeys.INPUT_POSITIONS):
                 self._positions = InputPositions(self._graph, sess, self._reads)
+                self._noting = NotingSession(sess, self._positions)
                 if self._resume_input and self._init.chief:
                     self._positions.resume(restored, sess)
             elif restored:
