@@ -27,7 +27,7 @@ from queuekit.errors import (
     add_note,
 )
 from queuekit.records.example import decode_example
-from queuekit.records.files import expand_files, temp_beside
+from queuekit.records.files import atomic_write, expand_files
 from queuekit.records.guard import exclusive, signals_deferred
 from queuekit.records.tfrecord import Corruption, scan_records
 
@@ -185,16 +185,9 @@ def _commit(out_dir: str, staging: str, written: list[_ENTRY], folders: dict,
 
 
 def _write_manifest(path: str, entries: list[_ENTRY]) -> None:
-    tmp = temp_beside(path)
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"format": "queuekit-export", "version": 2,
-                       "files": [e._asdict() for e in entries]},
-                      f, indent=1, ensure_ascii=True)  # lone surrogates as \udcxx
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    atomic_write(path, json.dumps({"format": "queuekit-export", "version": 2,
+                                   "files": [e._asdict() for e in entries]},
+                                  indent=1, ensure_ascii=True).encode("ascii"))  # \udcxx
 
 
 def _remove_dead_staging(out_dir: str) -> None:
