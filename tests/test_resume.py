@@ -44,9 +44,10 @@ def _job(cfg, run):
                             preexec_fn=default_signals)
 
 
-def run_with_breaks(tmp_path, cfg, breaks, seed=0, name="broken"):
+def run_with_breaks(tmp_path, cfg, breaks, seed=0, name="broken", restores=None):
     """Run the job to its end, SIGKILLed ``breaks`` times at random steps; the ids each step
-    of the final history consumed, in order, and how each run ended."""
+    of the final history consumed, in order, and how each run ended. ``restores``: a list
+    that gets the checkpoint step each run started from."""
     rng = random.Random(seed)
     cfg = dict(cfg, ckdir=str(tmp_path / name), log=str(tmp_path / f"{name}.log"))
     restored = [0]  # the checkpoint step each run started from
@@ -69,6 +70,8 @@ def run_with_breaks(tmp_path, cfg, breaks, seed=0, name="broken"):
         assert child.returncode in (0, -signal.SIGKILL), err[-3000:]
         restored.append(_latest_step(cfg["ckdir"]))
     assert ends[-1] == 0
+    if restores is not None:
+        restores += restored[:-1]
     lines = collections.defaultdict(list)
     with open(cfg["log"]) as f:
         for line in f:
@@ -120,6 +123,36 @@ def test_fixed_length_records_resume(tmp_path):
     cfg = dict(BASE, files=paths, fixed=True, readers=2, read_many=4, shuffle=True)
     broken, _ = run_with_breaks(tmp_path, cfg, 2, seed=5)
     assert sorted(broken) == list(range(120))
+
+
+def test_a_work_queue_resumes_from_the_chief_s_books_skipping_the_files_done(tmp_path):
+    """A work queue's job (the chief's books; here on one machine) with two breaks: every
+    record in the history at least once, and no file done at a restored checkpoint read again
+    after it (before, the restarted job read the whole epoch again)."""
+    files = [str(write_id_records(tmp_path / f"w{k}.tfrecords", 8, start=8 * k))
+             for k in range(8)]
+    cfg = dict(BASE, files=files, work_queue=True, every=2)
+    restores: list[int] = []
+    broken, _ = run_with_breaks(tmp_path, cfg, 2, seed=3, restores=restores)
+    assert set(broken) == set(range(64))
+    runs = collections.defaultdict(list)
+    for line in open(tmp_path / "broken.log"):
+        run, _, *ids = (int(v) for v in line.split())
+        runs[run] += ids
+    states = sorted((tmp_path / "broken").glob("*.queuekit-input"),
+                    key=lambda p: int(p.name.split("-")[1].split(".")[0]))
+    skipped = 0
+    for run, restored in enumerate(restores):
+        if not restored:
+            continue
+        (books,) = json.loads(
+            (tmp_path / "broken" / f"model-{restored}.queuekit-input").read_text())["work_queues"]
+        unfinished = {e.split("\t", 1)[1] for e in books["unfinished"]}
+        done = {k for k, f in enumerate(files) if f not in unfinished}
+        skipped += len(done)
+        again = {i for i in runs[run] if i // 8 in done}
+        assert not again, (run, sorted(done), sorted(again))
+    assert states and skipped, "no restore skipped a file: the test saw nothing resume"
 
 
 def test_a_crash_between_the_input_state_and_the_model_leaves_them_consistent(tmp_path,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import logging
 import random
+import threading
 import time
 
 import tensorflow as tf
@@ -27,9 +28,13 @@ class Books:
     entry is done (its records consumed), or lost.
     """
 
-    def __init__(self, work: WorkQueue, sess):
+    def __init__(self, work: WorkQueue, sess, *, resume: tuple[int, list[str]] | None = None):
         self.work = work
         self._sess = sess
+        # A checkpoint's books (next epoch to fill, entries not done): see :meth:`state`.
+        self._resume = resume
+        # The books change in the chief's thread and are read by a checkpoint's save.
+        self.lock = threading.Lock()
         self.epoch = 0
         self.closed = False
         self.pending: set[str] = set()  # filled, not done
@@ -39,6 +44,25 @@ class Books:
         self.lost: list[str] = []
         self.lost_tasks: set[str] = set()
         self.ledger = Ledger(work.lost_after_secs)
+
+    def start(self) -> None:
+        """The first fill: an epoch, or what a restored checkpoint's books left unfinished."""
+        if self._resume is None:
+            self.fill_epoch()
+            return
+        self.epoch, entries = self._resume
+        if entries:
+            self.fill(entries)
+            self.pending.update(entries)
+        log.info("work queue %s resumes: %d file(s) not done at the checkpoint re-queued, "
+                 "then epoch %d", self.work.name, len(entries), self.epoch)
+
+    def state(self) -> dict:
+        """What a checkpoint saves: the next epoch to fill and every entry filled and not
+        done (still queued, taken, read but not consumed, lost): a restart fills those again
+        and skips the files done. A file is done once its records were consumed."""
+        with self.lock:
+            return {"epoch": self.epoch, "unfinished": sorted(self.pending | set(self.lost))}
 
     def fill(self, entries: list[str]) -> None:
         try:
@@ -69,9 +93,14 @@ class Books:
 
     def update(self) -> bool:
         """Read the events, handle lost tasks, top up or close; True once every entry is done."""
+        with self.lock:  # the chief's thread, or a checkpoint's save bringing them up to date
+            work = self.work
+            n = int(self._sess.run(work.events_size))
+            events = self._sess.run(work.take_events, {work.events_count: n}) if n else []
+            return self._update(events)
+
+    def _update(self, events) -> bool:
         work = self.work
-        n = int(self._sess.run(work.events_size))
-        events = self._sess.run(work.take_events, {work.events_count: n}) if n else []
         now = time.monotonic()
         for raw in events:
             kind, task, *rest = raw.decode().split("\t", 2)

@@ -26,7 +26,7 @@ class WorkThreads:
     """The threads one session runs for one work queue; ``fail(exc, thread_name)`` reports."""
 
     def __init__(self, sess, coord, work: WorkQueue, task: str, chief: bool, fail, *,
-                 by_consumption: bool = True):
+                 by_consumption: bool = True, resume: tuple[int, list[str]] | None = None):
         self._sess = sess
         self._coord = coord
         self.work = work
@@ -46,6 +46,8 @@ class WorkThreads:
         targets: list[tuple[Any, str, tuple]] = [
             (self._relay, f"queuekit-work-{name}-{i}", (i,)) for i in range(len(work.local_puts))]
         targets.append((self._beat, f"queuekit-work-{name}-beat", ()))
+        # The chief's books; ``resume``: a restored checkpoint's (Books.state).
+        self.books = Books(work, sess, resume=resume) if chief else None
         if chief:
             targets.append((self._books, f"queuekit-work-{name}-chief", ()))
         self.threads = [threading.Thread(target=self._guard, args=(fn, args), name=n,
@@ -166,10 +168,23 @@ class WorkThreads:
             self._event("back", e)
 
     # -- the chief -----------------------------------------------------------
-    def _books(self) -> None:
-        books = Books(self.work, self._sess)
+    def state(self) -> dict:
+        """The books as a checkpoint saves them, first brought up to what this task's steps
+        consumed (the threads report only every tenth of a second)."""
+        assert self.books is not None
         try:
-            books.fill_epoch()
+            if not self._coord.should_stop():
+                self._ack()
+                self.books.update()
+        except tf.errors.OpError as e:  # stopping: the books as they are (files re-read)
+            log.debug("books not brought up to date for a checkpoint: %r", e)
+        return dict(self.books.state(), name=self.work.name)
+
+    def _books(self) -> None:
+        books = self.books
+        assert books is not None
+        try:
+            books.start()
             while not self._coord.wait_for_stop(_BOOKS_SECS):
                 if books.update():
                     break

@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import stat
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -197,6 +198,12 @@ class InputPositions:
 
     def __init__(self, graph: tf.Graph, sess, reads):
         self.tallies = [Tally(p) for p in graph_objects(graph, GraphKeys.INPUT_POSITIONS)]
+        # A work queue's position is the chief's books (queuekit.cluster.books): the files
+        # done. ``chief_work()`` gives their threads (set once the session's threads
+        # exist); ``work_resume``, what a restored checkpoint says each starts from.
+        self.works = list(graph_objects(graph, GraphKeys.WORK_QUEUES))
+        self.chief_work: Callable[[], list] = list
+        self.work_resume: dict[str, tuple[int, list[str]]] = {}
         self._reads = reads
         self._graph = graph
         self._kinds: dict[str, str] = {}
@@ -218,7 +225,9 @@ class InputPositions:
         return out[0]
 
     def state(self) -> dict[str, Any]:
-        return {"format": FORMAT, "pipelines": [t.state() for t in self.tallies]}
+        return {"format": FORMAT, "pipelines": [t.state() for t in self.tallies],
+                "work_queues": [dict(t.state(), files=_work_files(t.work))
+                                for t in self.chief_work()]}
 
     def save(self, prefix: str) -> None:
         """Write ``<prefix>.queuekit-input`` (before the model's files: see the module)."""
@@ -273,7 +282,7 @@ class InputPositions:
             return
         warn_unresumable(self._graph, {t.position.producer_queue for t in self.tallies},
                           prefix)
-        if not self.tallies:
+        if not self.tallies and not self.works:
             return
         path = prefix + SUFFIX
         try:
@@ -289,12 +298,52 @@ class InputPositions:
         if not isinstance(state, dict) or state.get("format") != FORMAT:
             raise DatasetError(f"{path}: an input position of an unknown format")
         saved = {p.get("name"): p for p in state.get("pipelines", []) if isinstance(p, dict)}
-        for tally in self.tallies:
-            if tally.position.name in saved:
-                try:
+        books = {w.get("name"): w for w in state.get("work_queues", []) if isinstance(w, dict)}
+        try:
+            for tally in self.tallies:
+                if tally.position.name in saved:
                     tally.resume(saved[tally.position.name], sess)
-                except (KeyError, TypeError, ValueError) as e:
-                    raise DatasetError(f"{path}: a malformed input position ({e!r})") from e
+            for work in self.works:
+                if work.name in books:
+                    self.work_resume[work.name] = _work_resume(work, books[work.name])
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise DatasetError(f"{path}: a malformed input position ({e!r})") from e
+
+
+def _work_files(work) -> list[list]:
+    """A work queue's files as a checkpoint names them: ``[name, size, 0]`` (size -1 where
+    the chief cannot see the file: the workers read it)."""
+    out = []
+    for f in work.files:
+        try:
+            size = tf.io.gfile.stat(f).length
+        except tf.errors.OpError:
+            size = -1
+        out.append([f, size, 0])
+    return out
+
+
+def _work_resume(work, saved: dict[str, Any]) -> tuple[int, list[str]]:
+    """(next epoch, entries to fill again) of a work queue from its checkpoint's books,
+    checked against the files it reads now (the file is untrusted input)."""
+    then = {str(f): int(size) for f, size, _ in saved["files"]}
+    now = {f: size for f, size, _ in _work_files(work)}
+    for f, size in now.items():  # a size one side could not see is no difference
+        if f in then and min(size, then[f]) < 0:
+            now[f] = then[f]
+    _check_same([(f, size, 0) for f, size in then.items()],
+                [(f, size, 0) for f, size in now.items()], work.name)
+    epoch = int(saved["epoch"])
+    if epoch < 0 or (work.num_epochs is not None and epoch > work.num_epochs):
+        raise ValueError(f"epoch {epoch}")
+    entries = [str(e) for e in saved["unfinished"]]
+    for e in entries:
+        at, _, file = e.partition("\t")
+        if file not in now or not 0 <= int(at) < max(epoch, 1):
+            raise ValueError(f"entry {e!r}")
+    log.info("work queue %s resumes from its checkpoint: %d file(s) to read again, then "
+             "epoch %d", work.name, len(entries), epoch)
+    return epoch, entries
 
 
 def warn_unresumable(graph: tf.Graph, ours: set[str], prefix: str) -> None:

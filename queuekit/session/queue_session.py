@@ -364,7 +364,8 @@ class QueueSession(SessionInterface):
             if restore is not None:
                 restore(sess)
             self._check_inputs()
-            if graph_objects(self._graph, GraphKeys.INPUT_POSITIONS):
+            if graph_objects(self._graph, GraphKeys.INPUT_POSITIONS) or (
+                    self._init.chief and graph_objects(self._graph, GraphKeys.WORK_QUEUES)):
                 self._positions = InputPositions(self._graph, sess, self._reads)
                 self._noting = NotingSession(sess, self._positions)
                 if self._resume_input and self._init.chief:
@@ -373,7 +374,10 @@ class QueueSession(SessionInterface):
                 warn_unresumable(self._graph, set(), restored)
         running = SessionThreads(
             self._graph, sess, self._reads, self._stall_timeout, self._grace,
-            task=self._task.device if self._task else self._target, chief=self._init.chief)
+            task=self._task.device if self._task else self._target, chief=self._init.chief,
+            resume_work=self._positions.work_resume if self._positions else None)
+        if self._positions is not None:
+            self._positions.chief_work = running.chief_work
         # Dropped without close(): warn as an unclosed file does, and stop the threads.
         self._finalizer = weakref.finalize(self, _abandoned, running, self._pid)
         self._finalizer.atexit = False  # at exit the daemon threads just end with the process

@@ -35,13 +35,15 @@ class SessionThreads:
     """Coordinator, runner threads, watchdog and signal routing of one session."""
 
     def __init__(self, graph: tf.Graph, sess, reads: ReadsCache, stall_timeout: float | None,
-                 grace: float, *, task: str = "", chief: bool = True):
+                 grace: float, *, task: str = "", chief: bool = True,
+                 resume_work: dict[str, tuple[int, list[str]]] | None = None):
         self._graph = graph
         self._sess = sess
         self._reads = reads
         self._task = task or "local"
         self._chief = chief
         self._work: dict[int, WorkThreads] = {}  # id(WorkQueue) -> its threads
+        self._resume_work = resume_work or {}  # work queue name -> its checkpoint's books
         # Shared with the watchdog and the SIGINT router, which run in other threads.
         self.state = RunState()
         self.coord = tf.compat.v1.train.Coordinator()
@@ -102,10 +104,14 @@ class SessionThreads:
             threads = self._work[id(work)] = WorkThreads(
                 self._sess, self.coord, work, self._task, self._chief,
                 lambda e, name, w=work.name: self.runners.fail(e, name, w),
-                by_consumption=batch not in moved_on)
+                by_consumption=batch not in moved_on, resume=self._resume_work.get(work.name))
             if threads.by_consumption:
                 self.hooks.append(threads.hook(lambda fetches, q=batch: q in self._reads(fetches)))
             threads.start()
+
+    def chief_work(self) -> list[WorkThreads]:
+        """The threads of every work queue this chief keeps the books of."""
+        return [t for t in self._work.values() if t.books is not None]
 
     def tuning(self) -> dict[str, Tuning]:
         """Per tuned queue: the active thread count now, and the tuner's decisions."""
