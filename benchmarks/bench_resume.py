@@ -1,7 +1,7 @@
 """What the input position costs: records/s with it against queuekit before it, and the
 size of the state a checkpoint carries.
 
-    python benchmarks/bench_resume.py [--baseline REV] [--records 2000] [--rounds 5]
+    python benchmarks/bench_resume.py [--baseline REV] [--records 2000] [--rounds 9]
 
 Workload (a) of docs/benchmarks.rst: 256x256x3 raw records written by `make`,
 batches of 32 consumed in the graph (a reduce_sum, as a step would), one
@@ -15,6 +15,7 @@ flight, through the code a session saves with.
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -74,7 +75,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--baseline", default="adefac7")  # the commit before the position
     ap.add_argument("--records", type=int, default=2000)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--seconds", type=float, default=4.0)
     args = ap.parse_args()
     sys.path.insert(0, ROOT)
@@ -90,11 +91,14 @@ def main():
                         args.baseline], check=True)
         try:
             rows = {}
+            order = random.Random(0)
             for _ in range(args.rounds):
                 for readers, read_many in ((2, None), (1, 64)):
                     cfg = dict(files=made.outputs, readers=readers, read_many=read_many,
                                seconds=args.seconds)
-                    for name, root in (("baseline", base), ("position", ROOT)):
+                    pair = [("baseline", base), ("position", ROOT)]
+                    order.shuffle(pair)  # which runs first in a round is no bias
+                    for name, root in pair:
                         rows.setdefault((readers, read_many, name), []).append(
                             measure(root, cfg))
         finally:

@@ -342,6 +342,47 @@ def test_checkpoints_hold_no_skip_table_and_old_positions_go_with_their_checkpoi
     assert not [k for k in reader.get_variable_to_shape_map() if "skip" in k]
 
 
+def test_every_run_that_takes_a_batch_is_counted_and_a_plain_session_counts_nothing(
+        tmp_path, files):
+    """Consumption is counted in the graph by the run that takes a batch: a run on the raw
+    session (``qs.session``) counts like a step, and nothing is lost across a drain of the
+    table; under a plain tf.Session (no queuekit) the graph's table stays empty (nothing
+    would ever drain it)."""
+    from queuekit.graph_keys import GraphKeys, graph_objects
+    from queuekit.session import position as session_position
+
+    prefix = str(tmp_path / "ck" / "model")
+    with qk.QueueSession() as qs:
+        batch = _ids_batch(files)
+        (pos,) = graph_objects(qs.graph, GraphKeys.INPUT_POSITIONS)
+        saver = v1.train.Saver()
+        ids = _consume(qs, batch, 3)
+        ids += qs.session.run(batch)["id"].tolist()  # not through qs.run
+        session_position._DRAIN_RUNS, drain_runs = 2, session_position._DRAIN_RUNS
+        try:
+            ids += _consume(qs, batch, 3)  # a drain in between
+        finally:
+            session_position._DRAIN_RUNS = drain_runs
+        saver.save(qs, prefix)
+    state = json.loads(open(prefix + ".queuekit-input").read())
+    (pipeline,) = state["pipelines"]
+    counted = sum(v * n for runs in pipeline["counts"] for v, n in runs)
+    assert counted == len(ids) == 35
+    graph = tf.Graph()
+    with graph.as_default():
+        batch = _ids_batch(files)
+        (pos,) = graph_objects(graph, GraphKeys.INPUT_POSITIONS)
+        with v1.Session() as sess:
+            sess.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
+            coord = v1.train.Coordinator()
+            threads = v1.train.start_queue_runners(sess, coord)
+            for _ in range(3):
+                sess.run(batch)
+            assert sess.run(pos.consumed.size()) == 0
+            coord.request_stop()
+            coord.join(threads, stop_grace_period_secs=10)
+
+
 def test_image_folder_batches_resume_by_file(tmp_path):
     """image_folder_batches: each image is a record; shuffled over two epochs, a checkpoint
     after 3 batches and a restart deliver every image exactly twice."""

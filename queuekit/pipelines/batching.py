@@ -217,13 +217,12 @@ def file_batches(files, read, opts: Batching, *, read_many: int, name: str,
                            seed=opts.seed, capacity=capacity, min_after_dequeue=min_after,
                            allow_smaller=allow_smaller, enqueue_many=many,
                            num_threads=opts.num_threads)
-        batch_queue = _v1.get_collection(_v1.GraphKeys.QUEUE_RUNNERS)[-1].queue.queue_ref.op.name
         if tuned:
             mark_tuned()
         if work is not None:
             work.consumed = batch.pop(FILE_KEY, None)  # None: acks when read
         if position is not None:
-            take_consumed(position, batch, batch_queue)
+            batch = take_consumed(position, batch)
         return finish(batch, opts.normalize)
 
 

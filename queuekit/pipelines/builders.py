@@ -296,8 +296,7 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
                            capacity=capacity, min_after_dequeue=min_after,
                            allow_smaller=num_epochs is not None, enqueue_many=False,
                            num_threads=num_threads)
-        runner = _v1.get_collection(_v1.GraphKeys.QUEUE_RUNNERS)[-1]
-        take_consumed(position, batch, runner.queue.queue_ref.op.name)
+        batch = take_consumed(position, batch)
         if tuned:
             mark_tuned()
         return finish(batch, normalize)

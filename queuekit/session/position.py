@@ -2,12 +2,11 @@
 resumed from it, so a killed job delivers every record once per epoch.
 
 For each resumable pipeline of the graph (:mod:`queuekit.pipelines.position`)
-a :class:`Tally` counts, per record, how many times a step took it out of the
-batch queue: every run that dequeues a pipeline's batch (its fetches merged
-with its hooks', which may dequeue too) also fetches that batch's reader
-keys, counted before any hook's ``after_run`` (a checkpoint a hook
-writes includes the step). Records read but still in the queues (a shuffle
-buffer) are not consumed.
+a :class:`Tally` counts, per record, how many times a run took it out of the
+batch queue: the graph counts each batch's reader keys in a table in the run
+that takes the batch (also a hook's run), and the tally drains that table
+every :data:`_DRAIN_RUNS` runs and before each checkpoint. Records read but
+still in the queues (a shuffle buffer) are not consumed.
 
 A checkpoint written through the session (``saver.save(qs, path)``, TF's
 ``CheckpointSaverHook`` among its hooks, ``monitored_training_session``) gets
@@ -29,7 +28,6 @@ that differs.
 
 from __future__ import annotations
 
-import collections
 import json
 import logging
 import os
@@ -48,7 +46,7 @@ from queuekit.session.start import SessionInterface
 
 log = logging.getLogger(__name__)
 SUFFIX = ".queuekit-input"
-_FOLD_AT = 50_000  # distinct keys a tally holds before it counts them into its arrays
+_DRAIN_RUNS = 1000  # runs between two drains of the graph's consumed tables (their memory)
 FORMAT = 1
 _SAVE_OPS = ("SaveV2", "Save", "SaveSlices", "MergeV2Checkpoints")
 _RESTORE_OPS = ("RestoreV2", "Restore", "RestoreSlice")
@@ -64,34 +62,25 @@ class Tally:
         self.sizes = [os.path.getsize(f) for f in self.files]
         self._places = [_record_places(f, position) for f in self.files]
         self.counts = [np.zeros(len(p), np.int64) for p in self._places]
-        # Reader keys consumed since the last _fold: a step only counts its batch's keys in
-        # C (the main thread's Python time is the runner threads' GIL time too).
-        self._seen: collections.Counter[bytes] = collections.Counter()
 
-    def consumed(self, keys) -> None:
-        """Count one batch's records, from their reader keys ``<file>:<place>``."""
-        self._seen.update(keys)
-        if len(self._seen) > _FOLD_AT:
-            self._fold()
-
-    def _fold(self) -> None:
+    def drain(self, sess) -> None:
+        """Count what the runs consumed since the last drain (the graph's table, emptied)."""
+        keys, repeats = sess.run(self.position.drain)
         by_file: dict[bytes, list[int]] = {}
-        repeats: dict[bytes, list[int]] = {}
-        for key, n in self._seen.items():
+        counts: dict[bytes, list[int]] = {}
+        for key, n in zip(keys.tolist(), repeats.tolist(), strict=True):
             name, _, place = key.rpartition(b":")
             by_file.setdefault(name, []).append(int(place))
-            repeats.setdefault(name, []).append(n)
-        self._seen.clear()
+            counts.setdefault(name, []).append(n)
         for name, places in by_file.items():
             i = self._file_index.get(name)
             if i is None or not len(self.counts[i]):
                 continue
             index = np.searchsorted(self._places[i], places)
-            np.add.at(self.counts[i], np.minimum(index, len(self.counts[i]) - 1),
-                      repeats[name])
+            np.add.at(self.counts[i], np.minimum(index, len(self.counts[i]) - 1), counts[name])
 
-    def state(self) -> dict[str, Any]:
-        self._fold()
+    def state(self, sess) -> dict[str, Any]:
+        self.drain(sess)
         p = self.position
         return {"name": p.name, "kind": p.record_kind, "shuffle": p.shuffle, "seed": p.seed,
                 "num_epochs": p.num_epochs,
@@ -132,7 +121,7 @@ class Tally:
         sess.run(p.set_epoch, {p.epoch_value: epoch})
         if keys:
             sess.run(p.fill_skip, {p.skip_keys: keys, p.skip_counts: skips})
-        self._seen.clear()
+        self.drain(sess)  # nothing was consumed yet: empty
         self.counts = counts
         log.info("pipeline %s resumes in epoch %d, %d record(s) of it consumed before the "
                  "checkpoint", p.name, epoch, len(keys))
@@ -196,36 +185,35 @@ def _check_same(saved, now, name: str) -> None:
 class InputPositions:
     """The tallies of a session's resumable pipelines, their hook, and their checkpoints."""
 
-    def __init__(self, graph: tf.Graph, sess, reads):
+    def __init__(self, graph: tf.Graph, sess):
         self.tallies = [Tally(p) for p in graph_objects(graph, GraphKeys.INPUT_POSITIONS)]
+        self._sess = sess
+        if self.tallies:  # the graph counts what runs consume from now on
+            sess.run([t.position.tally for t in self.tallies])
         # A work queue's position is the chief's books (queuekit.cluster.books): the files
         # done. ``chief_work()`` gives their threads (set once the session's threads
         # exist); ``work_resume``, what a restored checkpoint says each starts from.
         self.works = list(graph_objects(graph, GraphKeys.WORK_QUEUES))
         self.chief_work: Callable[[], list] = list
         self.work_resume: dict[str, tuple[int, list[str]]] = {}
-        self._reads = reads
         self._graph = graph
         self._kinds: dict[str, str] = {}
         # The positions this session wrote, with the file's identity: tidy removes one only
         # when its checkpoint is gone, and only if it is still the file written here.
         self._written: dict[str, tuple[int, int]] = {}
         self._saved = False  # a save since the last tidy
+        self._runs = 0
 
-    def counted(self, run, fetches, reads):
-        """``run(fetches)`` (a run that dequeues ``reads``), with the reader keys of every
-        batch it dequeues fetched too and counted."""
-        wanted = [t for t in self.tallies
-                  if t.position.consumed is not None and t.position.batch_queue in reads]
-        if not wanted:
-            return run(fetches)
-        out = run([fetches] + [t.position.consumed for t in wanted])
-        for tally, keys in zip(wanted, out[1:], strict=True):
-            tally.consumed(keys)
-        return out[0]
+    def ran(self) -> None:
+        """After each run: now and then, count what the runs consumed (bounds the tables)."""
+        self._runs += 1
+        if self._runs >= _DRAIN_RUNS and self.tallies:
+            self._runs = 0
+            for t in self.tallies:
+                t.drain(self._sess)
 
     def state(self) -> dict[str, Any]:
-        return {"format": FORMAT, "pipelines": [t.state() for t in self.tallies],
+        return {"format": FORMAT, "pipelines": [t.state(self._sess) for t in self.tallies],
                 "work_queues": [dict(t.state(), files=_work_files(t.work))
                                 for t in self.chief_work()]}
 
