@@ -268,14 +268,82 @@ def test_parse_fn_with_shuffling_and_several_readers_delivers_each_record_once(
     assert set(np.concatenate([x["size"] for x in batches])) == {100}
 
 
-def test_parse_fn_output_of_unknown_shape_is_named(tmp_path):
-    """A parse_fn output whose shape is not fixed is named in the error, with the fix."""
+def _sequence_examples(tmp_path, n_files=3, per_file=20):
+    """im2txt's records: an image id in the context, a caption of 2-14 ids as a feature list
+    (as its build_mscoco_data.py writes them); {id: caption}."""
+    captions, files = {}, []
+    for f in range(n_files):
+        path = str(tmp_path / f"train-{f:05d}-of-{n_files:05d}")
+        with tf.io.TFRecordWriter(path) as w:
+            for i in range(per_file):
+                k = f * per_file + i
+                captions[k] = RNG.integers(1, 100, RNG.integers(2, 15)).tolist()
+                ex = tf.train.SequenceExample()
+                ex.context.feature["image/image_id"].int64_list.value.append(k)
+                ex.context.feature["image/data"].bytes_list.value.append(b"jpeg bytes")
+                ids = ex.feature_lists.feature_list["image/caption_ids"]
+                for t in captions[k]:
+                    ids.feature.add().int64_list.value.append(t)
+                w.write(ex.SerializeToString())
+        files.append(path)
+    return files, captions
+
+
+def _parse_caption(serialized):
+    context, sequence = tf.io.parse_single_sequence_example(
+        serialized, context_features={"image/image_id": tf.io.FixedLenFeature([], tf.int64)},
+        sequence_features={"image/caption_ids": tf.io.FixedLenSequenceFeature([], tf.int64)})
+    return {"id": context["image/image_id"], "caption": sequence["image/caption_ids"]}
+
+
+@pytest.mark.parametrize("shuffle,readers", [(False, 1), (False, 2), (True, 1), (True, 3)])
+def test_sequence_example_captions_are_padded_per_batch_with_their_lengths(tmp_path, shuffle,
+                                                                           readers):
+    """im2txt's input: a parse_fn giving a caption of variable length is padded to the
+    longest caption of its batch (zeros after it), with ``caption_length``; shuffled or not,
+    one or several readers, every caption of the epoch arrives once and intact."""
+    files, captions = _sequence_examples(tmp_path)
+    got, widths = {}, set()
+    with qk.QueueSession() as qs:
+        b = qk.tfrecord_batches(files, parse_fn=_parse_caption, batch_size=8, num_epochs=1,
+                                shuffle=shuffle, seed=3, num_readers=readers)
+        assert sorted(b) == ["caption", "caption_length", "id"]
+        for x in qs.iterate(b):
+            assert x["caption"].shape[1] == x["caption_length"].max()
+            widths.add(x["caption"].shape[1])
+            for i, caption, n in zip(x["id"], x["caption"], x["caption_length"], strict=True):
+                assert int(i) not in got and not caption[n:].any()
+                got[int(i)] = caption[:n].tolist()
+    assert got == captions and len(widths) > 1
+    if readers == 1:  # in order unless shuffled
+        assert (list(got) != sorted(got)) == shuffle
+
+
+def test_schema_auto_on_sequence_examples_names_their_feature_lists(tmp_path):
+    """A schema would read a SequenceExample's context and drop its captions unsaid: the
+    builder refuses, naming the feature lists and the parse_fn way; inspect shows both."""
+    files, captions = _sequence_examples(tmp_path, n_files=1)
+    with tf.Graph().as_default(), pytest.raises(qk.BadRecordError,
+                                                match="SequenceExample.*image/caption_ids"):
+        qk.tfrecord_batches(files, batch_size=4)
+    report = qk.records.inspect_tfrecords(files)
+    assert report.sequence_examples == 20
+    steps = {len(c) for c in captions.values()}
+    assert report.feature_lists["image/caption_ids"] == {
+        "type": "int64", "steps": sorted(steps), "count": 20}
+    text = str(report)
+    assert "layout: SequenceExample" in text and "parse_single_sequence_example" in text
+    assert f"image/caption_ids (int64, {min(steps)} to {max(steps)} steps" in text
+
+
+def test_parse_fn_output_of_unknown_rank_is_named(tmp_path):
+    """A parse_fn output without even a rank cannot be padded: named, with the fix."""
     from tests.helpers import write_id_records
 
     path = write_id_records(tmp_path / "ids.tfrecords", 3)
-    with tf.Graph().as_default(), pytest.raises(ValueError, match="'bytes' has shape"):
+    with tf.Graph().as_default(), pytest.raises(ValueError, match="'tensor' has an unknown"):
         qk.tfrecord_batches(path, batch_size=2, parse_fn=lambda s: {
-            "bytes": tf.io.decode_raw(s, tf.uint8)})
+            "tensor": tf.io.parse_tensor(s, tf.uint8)})
 
 
 def _cifar_file(path, n, *, start=0, labels=1):

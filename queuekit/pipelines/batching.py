@@ -23,6 +23,7 @@ from queuekit.cluster.inputs import (
 from queuekit.cluster.work import FILE_KEY
 from queuekit.graph_keys import GraphKeys
 from queuekit.pipelines.position import POSITION_KEY, epoch_files, take_consumed, unconsumed
+from queuekit.pipelines.varlen import element_shapes, shuffled_elements, with_lengths
 
 _v1 = tf.compat.v1
 # Default queue memory: elements of the batch queue, in bytes of uint8 images.
@@ -203,7 +204,9 @@ def file_batches(files, read, opts: Batching, *, read_many: int, name: str,
                 next_read, parse = read(filename_queue)
                 keys, raw = unconsumed(position, next_read, many=many)
                 readers.append(dict(parse(keys, raw), **{POSITION_KEY: keys}))
-        element_bytes = check_static_shapes(readers[0], many=many)
+        element_bytes, variable = element_shapes(readers[0], many=many)
+        if variable and not many:
+            readers = [with_lengths(r, variable) for r in readers]
         capacity = capacity_for(opts.capacity, opts.batch_size, element_bytes, read_many)
         min_after = None
         if opts.shuffle:
@@ -213,12 +216,23 @@ def file_batches(files, read, opts: Batching, *, read_many: int, name: str,
             readers = tuned_order(readers, opts.num_threads)
         elif len(readers) > 1:
             readers = readers * opts.num_threads  # join: one thread per list entry
-        batch = make_batch(readers, batch_size=opts.batch_size, shuffle=opts.shuffle,
-                           seed=opts.seed, capacity=capacity, min_after_dequeue=min_after,
-                           allow_smaller=allow_smaller, enqueue_many=many,
-                           num_threads=opts.num_threads)
-        if tuned:
-            mark_tuned()
+        if variable and opts.shuffle:  # shuffle whole elements, then pad them in batches
+            element = shuffled_elements(readers, variable, capacity=capacity,
+                                        min_after_dequeue=int(min_after or 0), seed=opts.seed,
+                                        many=many)
+            if tuned:
+                mark_tuned()  # the readers' runner: the shuffle queue's
+            batch = make_batch([element], batch_size=opts.batch_size, shuffle=False,
+                               seed=None, capacity=capacity, min_after_dequeue=None,
+                               allow_smaller=allow_smaller, enqueue_many=False,
+                               num_threads=opts.num_threads, dynamic_pad=True)
+        else:
+            batch = make_batch(readers, batch_size=opts.batch_size, shuffle=opts.shuffle,
+                               seed=opts.seed, capacity=capacity, min_after_dequeue=min_after,
+                               allow_smaller=allow_smaller, enqueue_many=many,
+                               num_threads=opts.num_threads, dynamic_pad=bool(variable))
+            if tuned:
+                mark_tuned()
         if work is not None:
             work.consumed = batch.pop(FILE_KEY, None)  # None: acks when read
         if position is not None:
@@ -226,27 +240,10 @@ def file_batches(files, read, opts: Batching, *, read_many: int, name: str,
         return finish(batch, opts.normalize)
 
 
-def check_static_shapes(tensors, *, many: bool) -> int:
-    """Bytes of one element; batching needs every shape known: say which is not, and the fix."""
-    if not isinstance(tensors, dict) or not tensors:
-        raise TypeError(f"a reader must give a non-empty dict of tensors, not {tensors!r}")
-    size = 0
-    for key, value in tensors.items():
-        if isinstance(value, tf.SparseTensor):
-            continue
-        if not isinstance(value, tf.Tensor):
-            raise TypeError(f"reader output {key!r} is not a tensor: {value!r}")
-        shape = value.shape[1:] if many else value.shape
-        if not shape.is_fully_defined():
-            raise ValueError(f"reader output {key!r} has shape {value.shape}: batching needs "
-                             f"every dimension known (use tf.ensure_shape or tf.reshape "
-                             f"with a fixed shape in parse_fn)")
-        size += shape.num_elements() * (value.dtype.size if value.dtype != tf.string else 64)
-    return size
-
-
 def make_batch(tensors_list, *, batch_size, shuffle, seed, capacity, min_after_dequeue,
-               allow_smaller, enqueue_many, num_threads):
+               allow_smaller, enqueue_many, num_threads, dynamic_pad=False):
+    """``dynamic_pad``: outputs of variable shape padded per batch (never with shuffle:
+    :func:`~queuekit.pipelines.varlen.shuffled_elements` shuffles those first)."""
     if len(tensors_list) == 1 and num_threads >= 1:
         (tensors,) = tensors_list
         if shuffle:
@@ -254,13 +251,15 @@ def make_batch(tensors_list, *, batch_size, shuffle, seed, capacity, min_after_d
                 tensors, batch_size, capacity, min_after_dequeue, num_threads=num_threads,
                 seed=seed, enqueue_many=enqueue_many, allow_smaller_final_batch=allow_smaller)
         return _v1.train.batch(tensors, batch_size, num_threads=num_threads, capacity=capacity,
-                               enqueue_many=enqueue_many, allow_smaller_final_batch=allow_smaller)
+                               enqueue_many=enqueue_many, dynamic_pad=dynamic_pad,
+                               allow_smaller_final_batch=allow_smaller)
     if shuffle:
         return _v1.train.shuffle_batch_join(
             tensors_list, batch_size, capacity, min_after_dequeue, seed=seed,
             enqueue_many=enqueue_many, allow_smaller_final_batch=allow_smaller)
     return _v1.train.batch_join(tensors_list, batch_size, capacity=capacity,
-                                enqueue_many=enqueue_many, allow_smaller_final_batch=allow_smaller)
+                                enqueue_many=enqueue_many, dynamic_pad=dynamic_pad,
+                                allow_smaller_final_batch=allow_smaller)
 
 
 def finish(batch, normalize):

@@ -20,7 +20,7 @@ from PIL import Image
 from queuekit.errors import BadRecordError, DatasetError
 from queuekit.pipelines.decode import DecodeOptions, check_raw, check_raw_many, decode_encoded
 from queuekit.records.example import first_value, record_shape
-from queuekit.records.proto import parse_example
+from queuekit.records.proto import feature_lists, parse_example
 from queuekit.records.schema import QUEUEKIT, RecordSchema, detect, how_to_declare, resolve
 from queuekit.records.schema import normalise_format as _format
 from queuekit.records.tfrecord import Record, scan_records, what_it_is
@@ -72,9 +72,17 @@ def first_example(files):
             if not isinstance(item, Record):
                 break  # corrupt at the start: the reader thread will report it
             try:
-                return path, parse_example(item.data)
+                feats, steps = parse_example(item.data), feature_lists(item.data)
             except ValueError as e:
                 raise BadRecordError(f"{path}: record 0 is not a tf.train.Example ({e})") from e
+            if steps:  # read as an Example, its feature lists would be dropped unsaid
+                raise BadRecordError(
+                    f"{path}: record 0 is a tf.train.SequenceExample (context "
+                    f"{', '.join(sorted(feats)) or 'empty'}; feature lists "
+                    f"{', '.join(sorted(steps))}): a schema reads Example features only. "
+                    f"Pass parse_fn= with tf.io.parse_single_sequence_example; outputs of "
+                    f"variable length are padded per batch (docs/datasets.rst)")
+            return path, feats
     hints = [f"{p} looks {what}" for p in files if (what := what_it_is(p))]
     raise DatasetError(f"no records in {', '.join(files)}"
                        + (f" ({'; '.join(hints)})" if hints else ""))

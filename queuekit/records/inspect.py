@@ -9,7 +9,7 @@ import os
 
 from queuekit.records.example import feature_value, first_value, record_shape
 from queuekit.records.files import expand_files
-from queuekit.records.proto import parse_example
+from queuekit.records.proto import feature_lists, parse_example
 from queuekit.records.schema import detect, normalise_format
 from queuekit.records.tfrecord import Corruption, compression_of, scan_records
 
@@ -48,6 +48,9 @@ class InspectReport:
     labels: dict[str, int]  # label (and label_text) -> records
     not_examples: int = 0  # records that are not a tf.train.Example
     schemas: dict[str, int] = dataclasses.field(default_factory=dict)  # layout -> records
+    # A SequenceExample's per-step features: name -> {"type", "steps": [...], "count"}
+    feature_lists: dict[str, dict] = dataclasses.field(default_factory=dict)
+    sequence_examples: int = 0  # records with feature lists (their context is in features)
 
     @property
     def bad(self) -> bool:
@@ -71,17 +74,28 @@ class InspectReport:
                       for f in self.files],
             "features": self.features, "shapes": self.shapes, "labels": self.labels,
             "not_examples": self.not_examples, "schemas": self.schemas,
+            "feature_lists": self.feature_lists, "sequence_examples": self.sequence_examples,
         }, indent=2, ensure_ascii=True)
 
     def __str__(self) -> str:
         lines = [f"{f.path}: {f.records} records, {f.bytes:,} bytes"
                  + (f" ({f.compression})" if f.compression else "")
                  + (f", {len(f.corrupt)} corrupt" if f.corrupt else "") for f in self.files]
-        lines.append("layout: " + (", ".join(f"{k}: {v}" for k, v in sorted(
-            self.schemas.items())) or "none queuekit knows (pass schema= or parse_fn=)"))
-        lines.append("features: " + ", ".join(
+        if self.sequence_examples:
+            lines.append(f"layout: SequenceExample ({self.sequence_examples} record(s)): a "
+                         f"context and feature lists; schema= reads the context only: read "
+                         f"them with parse_fn= and tf.io.parse_single_sequence_example "
+                         f"(variable lengths are padded per batch; docs/datasets.rst)")
+        else:
+            lines.append("layout: " + (", ".join(f"{k}: {v}" for k, v in sorted(
+                self.schemas.items())) or "none queuekit knows (pass schema= or parse_fn=)"))
+        lines.append(("context: " if self.sequence_examples else "features: ") + ", ".join(
             f"{n} ({d['type']}{'' if d['lengths'] == [1] else ' x' + str(d['lengths'])})"
             for n, d in sorted(self.features.items())))
+        if self.feature_lists:
+            lines.append("feature lists: " + ", ".join(
+                f"{n} ({d['type']}, {_range(d['steps'])} steps, in {d['count']} record(s))"
+                for n, d in sorted(self.feature_lists.items())))
         lines.append("images: " + ", ".join(f"{k}: {v}" for k, v in sorted(self.shapes.items())))
         lines.append("labels: " + ", ".join(f"{printable(k)}: {v}"
                                             for k, v in sorted(self.labels.items())))
@@ -102,6 +116,8 @@ def inspect_tfrecords(paths) -> InspectReport:
     shapes: collections.Counter = collections.Counter()
     labels: collections.Counter = collections.Counter()
     schemas: collections.Counter = collections.Counter()
+    lists: dict[str, dict] = {}
+    sequences = 0
     reports = []
     for path in files:
         n, bad = 0, []
@@ -113,20 +129,34 @@ def inspect_tfrecords(paths) -> InspectReport:
             if item.length > MAX_PARSED:
                 shapes[_TOO_LARGE] += 1  # checked, not parsed: memory stays bounded
                 continue
-            _tally(item.data, features, shapes, labels, schemas)
+            sequences += _tally(item.data, features, shapes, labels, schemas, lists)
         reports.append(FileReport(path, n, os.path.getsize(path), bad, compression_of(path)))
     for d in features.values():
         d["lengths"] = sorted(d["lengths"])
+    for d in lists.values():
+        d["steps"] = sorted(d["steps"])
     return InspectReport(reports, features, dict(shapes), dict(labels),
-                         shapes.get(_NOT_EXAMPLE, 0), dict(schemas))
+                         shapes.get(_NOT_EXAMPLE, 0), dict(schemas), lists, sequences)
 
 
-def _tally(data, features, shapes, labels, schemas) -> None:
+def _range(values: list[int]) -> str:
+    return str(values[0]) if values[0] == values[-1] else f"{values[0]} to {values[-1]}"
+
+
+def _tally(data, features, shapes, labels, schemas, lists) -> bool:
+    """Count one record; True when it is a SequenceExample (it has feature lists)."""
     try:
         feats = parse_example(data)
+        steps = feature_lists(data)
     except ValueError:  # not an Example: count it as such
         shapes[_NOT_EXAMPLE] += 1
-        return
+        return False
+    for name, values in steps.items():
+        kinds = {kind for kind, _ in values if kind != "empty"}
+        d = lists.setdefault(name, {"type": "/".join(sorted(kinds)) or "empty",
+                                    "steps": set(), "count": 0})
+        d["steps"].add(len(values))
+        d["count"] += 1
     for name, feature in feats.items():
         kind, values = feature_value(feature)
         d = features.setdefault(name, {"type": kind, "lengths": set(), "count": 0})
@@ -134,7 +164,7 @@ def _tally(data, features, shapes, labels, schemas) -> None:
         d["count"] += 1
     schema = detect(feats)
     if schema is None:
-        return
+        return bool(steps)
     schemas[schema.name] += 1
     fmt = normalise_format(first_value(feats, schema.format_key) if schema.format_key
                            else None, schema.encoding)
@@ -147,3 +177,4 @@ def _tally(data, features, shapes, labels, schemas) -> None:
     if label is not None:
         label -= schema.label_offset
         labels[f"{label} {text.decode('utf-8', 'replace')}" if text else str(label)] += 1
+    return bool(steps)

@@ -6,7 +6,9 @@ small run). The wire format is protobuf's: an ``Example`` holds ``Features``
 (field 1), a map of name to ``Feature`` (field 1, entries of key 1 and value
 2); a ``Feature`` is one of ``bytes_list`` (1), ``float_list`` (2) or
 ``int64_list`` (3), each a repeated field 1, packed or not. Unknown fields are
-skipped, as protobuf does (a ``SequenceExample`` reads as its context).
+skipped, as protobuf does: a ``SequenceExample`` reads as its context (its
+field 1, also ``Features``); :func:`feature_lists` reads its field 2,
+``FeatureLists``: a map of name to ``FeatureList`` (repeated ``Feature``, field 1).
 """
 
 from __future__ import annotations
@@ -24,19 +26,39 @@ def parse_example(data: bytes) -> dict[str, tuple[str, list]]:
     """
     features: dict[str, tuple[str, list]] = {}
     for field, value in _fields(data):
-        if field != 1:
-            continue
-        for entry_field, entry in _fields(_bytes(value)):
-            if entry_field != 1:
-                continue
-            key, feature = "", b""
-            for f, v in _fields(_bytes(entry)):
-                if f == 1:
-                    key = _bytes(v).decode("utf-8")
-                elif f == 2:
-                    feature = _bytes(v)
-            features[key] = _feature(feature)  # a map: the last entry of a key wins
+        if field == 1:
+            for key, feature in _map_entries(_bytes(value)):
+                features[key] = _feature(feature)  # a map: the last entry of a key wins
     return features
+
+
+def feature_lists(data: bytes) -> dict[str, list[tuple[str, list]]]:
+    """A ``SequenceExample``'s feature lists: name -> each step's (kind, values); empty
+    for an ``Example`` (which has no field 2).
+
+    Raises:
+        ValueError: the bytes are not a protobuf message of this shape.
+    """
+    lists: dict[str, list[tuple[str, list]]] = {}
+    for field, value in _fields(data):
+        if field == 2:
+            for key, feature_list in _map_entries(_bytes(value)):
+                lists[key] = [_feature(_bytes(v)) for f, v in _fields(feature_list) if f == 1]
+    return lists
+
+
+def _map_entries(data: bytes):
+    """(key, value bytes) of a protobuf ``map<string, message>`` (entries: field 1)."""
+    for entry_field, entry in _fields(data):
+        if entry_field != 1:
+            continue
+        key, value = "", b""
+        for f, v in _fields(_bytes(entry)):
+            if f == 1:
+                key = _bytes(v).decode("utf-8")
+            elif f == 2:
+                value = _bytes(v)
+        yield key, value
 
 
 def _feature(data: bytes) -> tuple[str, list]:
