@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # type checkers see the real names; at run time _WHERE loads 
         PipelineStalled,
         QueuekitError,
         ShutdownTimeout,
+        UnknownBatchSize,
         UnreadableFolderError,
         WorkLost,
     )
@@ -122,6 +123,7 @@ _WHERE = {
     "MissingDependencyError": "queuekit.errors",
     "ClusterError": "queuekit.errors",
     "WorkLost": "queuekit.errors",
+    "UnknownBatchSize": "queuekit.errors",
 }
 
 __all__ = [

@@ -28,6 +28,7 @@ __all__ = [
     "OutputBusyError",
     "ClusterError",
     "WorkLost",
+    "UnknownBatchSize",
 ]
 
 
@@ -124,6 +125,12 @@ class WorkLost(ClusterError):
         super().__init__(message)
         self.files = list(files)
         self.tasks = list(tasks)
+
+
+class UnknownBatchSize(UserWarning):
+    """The default keeps an epoch's last, smaller batch, so the batch dimension is None in the
+    graph (``num_epochs`` without ``allow_smaller_final_batch``). Filter it, or pass
+    ``allow_smaller_final_batch`` either way."""
 
 
 # The two errors that subclass TensorFlow's are defined when first used, so that

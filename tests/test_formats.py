@@ -336,6 +336,55 @@ def test_schema_auto_on_sequence_examples_names_their_feature_lists(tmp_path):
     assert f"image/caption_ids (int64, {min(steps)} to {max(steps)} steps" in text
 
 
+def test_a_parse_fn_reads_with_tuned_readers_by_default_and_every_record_once(tmp_path):
+    """A per-record parse_fn is the user's preprocessing: by default it runs in "auto"
+    readers (a tuned runner), one record per call as before; without parse_fn, or with
+    num_readers given, one reader in file order."""
+    from queuekit.graph_keys import GraphKeys
+    from tests.helpers import write_id_records
+
+    files = [write_id_records(tmp_path / f"{k}.tfrecords", 30, start=30 * k) for k in range(3)]
+    shapes = []
+
+    def parse(serialized):
+        shapes.append(serialized.shape.rank)
+        return tf.io.parse_single_example(serialized, {"id": tf.io.FixedLenFeature([], tf.int64)})
+
+    with qk.QueueSession() as qs:
+        b = qk.tfrecord_batches(files, parse_fn=parse, batch_size=7, num_epochs=1)
+        assert qs.graph.get_collection(GraphKeys.AUTOTUNE)
+        ids = [i for x in qs.iterate(b) for i in x["id"].tolist()]
+    assert sorted(ids) == list(range(90)) and set(shapes) == {0}
+    with qk.QueueSession() as qs:
+        b = qk.tfrecord_batches(files, parse_fn=parse, batch_size=7, num_epochs=1,
+                                num_readers=1)
+        assert not qs.graph.get_collection(GraphKeys.AUTOTUNE)
+        assert [i for x in qs.iterate(b) for i in x["id"].tolist()] == list(range(90))
+
+
+def test_num_epochs_warns_once_that_the_batch_dimension_is_unknown(tmp_path):
+    """num_epochs keeps the last, smaller batch by default: a warning at the caller's line
+    names the static-batch fix; an explicit allow_smaller_final_batch, or no num_epochs,
+    is silent."""
+    import warnings
+
+    from tests.helpers import write_id_records
+
+    path = write_id_records(tmp_path / "ids.tfrecords", 10)
+    parse = lambda s: tf.io.parse_single_example(  # noqa: E731
+        s, {"id": tf.io.FixedLenFeature([], tf.int64)})
+    with tf.Graph().as_default():
+        with pytest.warns(qk.UnknownBatchSize, match="pad_last_batch") as caught:
+            b = qk.tfrecord_batches(path, parse_fn=parse, batch_size=4, num_epochs=1)
+        assert b["id"].shape.as_list() == [None]
+        assert caught[0].filename == __file__
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for kw in (dict(num_epochs=1, allow_smaller_final_batch=True),
+                       dict(num_epochs=1, allow_smaller_final_batch=False), {}):
+                qk.tfrecord_batches(path, parse_fn=parse, batch_size=4, **kw)
+
+
 def test_parse_fn_output_of_unknown_rank_is_named(tmp_path):
     """A parse_fn output without even a rank cannot be padded: named, with the fix."""
     from tests.helpers import write_id_records

@@ -226,6 +226,7 @@ from tests.helpers import v1  # noqa: E402
 
 def _ids_batch(files, **kw):
     v1.train.get_or_create_global_step()  # a model for the Saver to save
+    kw.setdefault("num_readers", 1)  # records in file order
     return qk.tfrecord_batches(files, batch_size=5, num_epochs=1, parse_fn=lambda s: (
         tf.io.parse_single_example(s, {"id": tf.io.FixedLenFeature([], tf.int64)})), **kw)
 
@@ -438,7 +439,7 @@ def test_a_read_whose_records_were_all_consumed_never_reaches_parse_fn_empty(tmp
     def build():
         v1.train.get_or_create_global_step()
         return qk.fixed_length_batches(
-            str(path), record_bytes=8, batch_size=4, num_epochs=1, read_many=4,
+            str(path), record_bytes=8, batch_size=4, num_epochs=1, read_many=4, num_readers=1,
             parse_fn=lambda v: {"id": tf.io.decode_raw(v, tf.int64)[..., 0]})
 
     ckdir = str(tmp_path / "ck")

@@ -11,6 +11,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import sys
+import types
+import warnings
 
 import tensorflow as tf
 
@@ -21,8 +24,9 @@ from queuekit.cluster.inputs import (
     worker_inputs,
 )
 from queuekit.cluster.work import FILE_KEY
+from queuekit.errors import UnknownBatchSize
 from queuekit.graph_keys import GraphKeys
-from queuekit.pipelines.position import POSITION_KEY, epoch_files, take_consumed, unconsumed
+from queuekit.pipelines.position import POSITION_KEY, epoch_files, reads, take_consumed
 from queuekit.pipelines.varlen import element_shapes, shuffled_elements, with_lengths
 
 _v1 = tf.compat.v1
@@ -56,6 +60,15 @@ def resolve_count(name: str, value, maximum: int | None) -> tuple[int, bool]:
     if value < 1:
         raise ValueError(f"{name} must be at least 1, not {value}")
     return value, False
+
+
+def default_readers(num_readers, parse_fn, work_queue=None):
+    """``num_readers`` as given; by default ``"auto"`` for a ``parse_fn`` (the user's
+    per-record preprocessing: TF1 programs ran it in ``num_preprocess_threads`` threads,
+    one reader runs it in one), else 1."""
+    if num_readers is not None:
+        return num_readers
+    return "auto" if parse_fn is not None and not work_queue else 1
 
 
 def records_per_read(read_many: int | None, num_readers, *, remote: bool = False,
@@ -147,6 +160,36 @@ class Batching:
             raise ValueError("work_queue needs a fixed num_readers, not 'auto'")
 
 
+def keeps_last_batch(allow_smaller_final_batch: bool | None, num_epochs) -> bool:
+    """Whether the last, smaller batch of an epoch is kept (by default, with ``num_epochs``:
+    no record lost); when that default makes the batch dimension unknown, say so.
+
+    A model that needs the batch size in the graph (an LSTM's state, a reshape
+    to ``[batch_size, -1]``) then fails at build time with an error about a
+    ``None`` dimension, far from its cause (im2txt, CIFAR-10's model).
+    """
+    if allow_smaller_final_batch is not None:
+        return bool(allow_smaller_final_batch)
+    if num_epochs is None:
+        return False
+    warnings.warn(
+        "num_epochs keeps the last, smaller batch of the epoch (no record is lost), so the "
+        "batch dimension is None in the graph. A model that needs it static: "
+        "qk.pad_last_batch(batch, batch_size) (a 'valid' mask marks the real rows); to drop "
+        "the last batch: allow_smaller_final_batch=False; to silence this: "
+        "allow_smaller_final_batch=True", UnknownBatchSize, stacklevel=find_caller())
+    return True
+
+
+def find_caller() -> int:
+    """The stack level of the first frame outside queuekit (for a warning's location)."""
+    frame: types.FrameType | None = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("queuekit."):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def capacity_for(capacity, batch_size, element_bytes, read_many=None) -> int:
     """``capacity``, or about :data:`QUEUE_BYTES` of elements, at least two batches."""
     if capacity is not None:
@@ -179,9 +222,7 @@ def file_batches(files, read, opts: Batching, *, read_many: int, name: str,
     With ``read_many`` (:func:`records_per_read`) each reader's tensors have a
     leading batch dimension (``enqueue_many``).
     """
-    allow_smaller = opts.allow_smaller_final_batch
-    if allow_smaller is None:
-        allow_smaller = opts.num_epochs is not None
+    allow_smaller = keeps_last_batch(opts.allow_smaller_final_batch, opts.num_epochs)
     with quiet_deprecations(), worker_inputs(device), tf.name_scope(name):
         n_readers, tuned = resolve_count("num_readers", opts.num_readers, opts.max_readers)
         work = position = None
@@ -202,7 +243,7 @@ def file_batches(files, read, opts: Batching, *, read_many: int, name: str,
             readers = []
             for _ in range(n_readers):
                 next_read, parse = read(filename_queue)
-                keys, raw = unconsumed(position, next_read, many=many)
+                keys, raw = reads(position, next_read, many=many)
                 readers.append(dict(parse(keys, raw), **{POSITION_KEY: keys}))
         element_bytes, variable = element_shapes(readers[0], many=many)
         if variable and not many:

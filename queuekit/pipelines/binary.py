@@ -14,7 +14,7 @@ import dataclasses
 import tensorflow as tf
 
 from queuekit.errors import DatasetError
-from queuekit.pipelines.batching import Batching, file_batches, records_per_read
+from queuekit.pipelines.batching import Batching, default_readers, file_batches, records_per_read
 from queuekit.records.files import check_sizes, expand_files
 
 _v1 = tf.compat.v1
@@ -52,7 +52,8 @@ FIXED_LENGTH_PRESETS = {"cifar10": CIFAR10, "cifar100": CIFAR100}
 def fixed_length_batches(files, layout="cifar10", *, record_bytes: int | None = None,
                          header_bytes: int | None = None, footer_bytes: int | None = None,
                          parse_fn=None, batch_size: int = 32, num_epochs: int | None = None,
-                         shuffle: bool = False, seed: int | None = None, num_readers: int | str = 1,
+                         shuffle: bool = False, seed: int | None = None,
+                         num_readers: int | str | None = None,
                          num_threads: int = 1, read_many: int | None = None,
                          capacity: int | None = None, min_after_dequeue: int | None = None,
                          allow_smaller_final_batch: bool | None = None,
@@ -75,6 +76,7 @@ def fixed_length_batches(files, layout="cifar10", *, record_bytes: int | None = 
         CorruptRecordError: a file's size is not header + k x record_bytes + footer.
         DatasetError: the files hold no records.
     """
+    num_readers = default_readers(num_readers, parse_fn)
     records_per_read(read_many, num_readers)  # a bad read_many is an error before any I/O
     opts = Batching(batch_size, num_epochs, shuffle, seed, num_readers, num_threads, capacity,
                     min_after_dequeue, allow_smaller_final_batch, normalize, max_readers)

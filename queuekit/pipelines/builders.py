@@ -29,8 +29,10 @@ from queuekit.errors import DatasetError
 from queuekit.pipelines.batching import (
     Batching,
     capacity_for,
+    default_readers,
     file_batches,
     finish,
+    keeps_last_batch,
     make_batch,
     mark_tuned,
     normalized,
@@ -41,7 +43,7 @@ from queuekit.pipelines.batching import (
 )
 from queuekit.pipelines.decode import DecodeOptions, resized
 from queuekit.pipelines.layout import parse_records, record_layout
-from queuekit.pipelines.position import POSITION_KEY, epoch_files, take_consumed, unconsumed
+from queuekit.pipelines.position import POSITION_KEY, epoch_files, reads, take_consumed
 from queuekit.records.files import check_files, compression_of_all, expand_files
 from queuekit.records.folder import ImageFolder, scan_image_folder
 from queuekit.records.tfrecord import first_record
@@ -84,7 +86,8 @@ def _compression(files, compression) -> str:
 
 
 def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = None,
-                     shuffle: bool = False, seed: int | None = None, num_readers: int | str = 1,
+                     shuffle: bool = False, seed: int | None = None,
+                     num_readers: int | str | None = None,
                      num_threads: int = 1, read_many: int | None = None,
                      capacity: int | None = None, min_after_dequeue: int | None = None,
                      allow_smaller_final_batch: bool | None = None,
@@ -110,7 +113,9 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
             ``"auto"``: ``max_readers`` of them (default: 8, or the cores up to 16),
             whose threads a :class:`~queuekit.QueueSession` runs only as many
             of as raise the rate or, when the queue is full, cost the least
-            CPU per record (``qs.tuning()``).
+            CPU per record (``qs.tuning()``). Default: ``"auto"`` with a
+            ``parse_fn`` (your preprocessing runs in parallel, as TF1's
+            ``num_preprocess_threads`` did), else 1 (records in file order).
         num_threads: enqueue threads per reader (with ``"auto"``, at least two).
         read_many: read up to this many records per step (``read_up_to`` +
             batched ``parse_example`` + ``enqueue_many``); 0 reads one. None
@@ -171,6 +176,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
                                    spelled_before.get("on_lost"))
     if work_queue and shard is not None:
         raise ValueError("give shard or work_queue, not both")
+    num_readers = default_readers(num_readers, parse_fn, work_queue)
     records_per_read(read_many, num_readers)  # a bad read_many is an error before any I/O
     opts = Batching(batch_size, num_epochs, shuffle, seed, num_readers, num_threads, capacity,
                     min_after_dequeue, allow_smaller_final_batch, normalize, max_readers,
@@ -272,7 +278,7 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
             index = tf.strings.to_number(queue.dequeue(), tf.int32)
             return tf.strings.join([tf.gather(paths, index), ":0"]), index
 
-        key, index = unconsumed(position, next_image, many=False)
+        key, index = reads(position, next_image, many=False)
         path = tf.gather(paths, index)
         label = tf.gather(tf.constant(folder.labels, tf.int32), index)
         contents = tf.io.read_file(path)
@@ -294,7 +300,7 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
             min_after = None
         batch = make_batch([tensors], batch_size=batch_size, shuffle=shuffle, seed=seed,
                            capacity=capacity, min_after_dequeue=min_after,
-                           allow_smaller=num_epochs is not None, enqueue_many=False,
+                           allow_smaller=keeps_last_batch(None, num_epochs), enqueue_many=False,
                            num_threads=num_threads)
         batch = take_consumed(position, batch)
         if tuned:

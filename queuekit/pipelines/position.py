@@ -7,20 +7,25 @@ pipeline (not a work queue's: its chief keeps books of its own) is built with
   and with ``shuffle`` each epoch's file order drawn by a stateless shuffle
   of ``(seed, epoch)``, so epoch k has the same order in every run and after
   a restart;
-- around each read, a skip (:func:`unconsumed`) of the records a restored
-  checkpoint says were consumed already: a skip table the session fills
-  before the runners start, counted down inside one ``tf.CriticalSection``
-  (two readers can read the same record at once, one pass of it in each of
-  two epochs; its count must go down once per read). While nothing is to be
-  skipped a read costs a ``Switch`` and a ``Merge`` on a counter (not a
-  ``tf.cond``, whose function call per read cost about 3% of workload (a));
+- beside each reader's read, a skipping read (:func:`reads`) that drops the
+  records a restored checkpoint says were consumed already: a skip table the
+  session fills before the runners start, counted down inside one
+  ``tf.CriticalSection`` (two readers can read the same record at once, one
+  pass of it in each of two epochs; its count must go down once per read).
+  Only a resumed session runs it: its runner threads take their records from
+  the skipping read and feed them to the enqueue op in place of the plain
+  read, until nothing is left to skip. The plain read has no control flow
+  around it: a ``tf.cond`` or ``Switch`` in a runner's step cost about 3% of
+  workload (a) (TensorFlow's executor takes a slower path for any graph with
+  control flow);
 - each record's reader key (``<file>:<byte offset>``, ``<file>:<record
   index>`` for fixed-length records, ``<file>:0`` for an image file) as a
   hidden batch component, taken out again by :func:`take_consumed`: every
   run that takes a batch out of the batch queue adds its keys to a table in
   the graph (consumption, and what a checkpoint saves), which the session
   drains now and then. Fetching the keys into Python with every step cost
-  about 5% of workload (a) (the runner threads wait for the GIL).
+  about 5% of workload (a) (the runner threads wait for the GIL); counting
+  them behind a ``Switch`` about 3%.
 
 The pipeline's :class:`InputPosition` is in
 ``graph_objects(graph, GraphKeys.INPUT_POSITIONS)``; ``queuekit.session.position``
@@ -63,9 +68,12 @@ class InputPosition:
     skip_keys: Any  # placeholder [None] string: "<file>:<offset or index>", as the reader says
     skip_counts: Any  # placeholder [None] int64: reads of that record to drop
     pending: Any  # local int64 variable: reads still to skip (0: reads go through as they are)
-    table: Any = None  # the skip table (unconsumed's)
+    table: Any = None  # the skip table
     guard: Any = None  # the CriticalSection its count-down and the consumed table run in
     producer_queue: str = ""  # the filename queue
+    pending_now: Any = None  # pending's value (a resumed runner stops skipping at 0)
+    # Per reader: ((keys, values) of its plain read, (keys, values) of its skipping read).
+    reads: list = dataclasses.field(default_factory=list)
     consumed: Any = None  # the table: reader key -> times a run took that record out
     tally: Any = None  # op: consumed counts from now on (a queuekit session tallies)
     drain: Any = None  # (keys, counts) of the consumed table, which it empties
@@ -112,7 +120,8 @@ def epoch_files(files, num_epochs: int | None, shuffle: bool, seed: int | None, 
             fixed, num_epochs, shuffle,
             seed, epoch,
             epoch.assign(epoch_value), epoch_value, fill, skip_keys, skip_counts, pending,
-            table, tf.CriticalSection(name="skip_guard"), queue.queue_ref.op.name)
+            table, tf.CriticalSection(name="skip_guard"), queue.queue_ref.op.name,
+            pending_now=pending.read_value())
     graph_objects(_v1.get_default_graph(), GraphKeys.INPUT_POSITIONS).append(position)
     return queue, position
 
@@ -128,9 +137,11 @@ def _scratch_table(name: str):
     return table
 
 
-def unconsumed(position: InputPosition, next_read, *, many: bool):
-    """``next_read()``'s ``(keys, values)``, past the records a restore says to skip: with
-    ``many`` (vectors) the kept ones; else (one record) the first read not skipped."""
+def reads(position: InputPosition, next_read, *, many: bool):
+    """``next_read()``'s ``(keys, values)``, what the pipeline reads; beside it a skipping
+    read on the same reader, which a resumed session's runners use until nothing is left to
+    skip: with ``many`` (vectors) the kept records of a read, never none (it reads again);
+    else the first record not skipped."""
     keys, values = next_read()
 
     def count_down(k):
@@ -147,40 +158,20 @@ def unconsumed(position: InputPosition, next_read, *, many: bool):
         keep = position.guard.execute(lambda: count_down(k))
         return tf.boolean_mask(k, keep), tf.boolean_mask(v, keep)
 
-    def skipping(keys, values):
-        if many:  # never an empty read: a parse_fn was never given one
-            return tuple(tf.while_loop(
+    with tf.name_scope("skipping_read"):
+        if many:
+            skipping = tuple(tf.while_loop(
                 lambda k, v: tf.equal(tf.size(k), 0), lambda k, v: kept(*next_read()),
-                kept(keys, values), shape_invariants=(
+                kept(*next_read()), shape_invariants=(
                     tf.TensorShape([None]), tf.TensorShape([None]) + values.shape[1:])))
-        return tuple(tf.while_loop(
-            lambda k, v: tf.logical_not(position.guard.execute(
-                lambda: count_down(tf.expand_dims(k, 0)))[0]),
-            lambda k, v: tuple(next_read()), (keys, values)))
-
-    # A cond by hand (v1 Switch/Merge): the skip path's ops run only while reads are to be
-    # skipped (a dead input, or control input, and an op does not run).
-    skip = position.pending.read_value() > 0
-    keys_on, keys_skip = _switch(keys, skip)
-    values_on, values_skip = _switch(values, skip)
-    pivot = tf.identity(_switch(skip, skip)[1])
-    with tf.control_dependencies([pivot]):
-        keys_skip, values_skip = skipping(keys_skip, values_skip)
+        else:
+            skipping = tuple(tf.while_loop(
+                lambda k, v: tf.logical_not(position.guard.execute(
+                    lambda: count_down(tf.expand_dims(k, 0)))[0]),
+                lambda k, v: tuple(next_read()), tuple(next_read())))
     _quiet_guard(position)
-    return _merge([keys_on, keys_skip]), _merge([values_on, values_skip])
-
-
-def _switch(tensor, pred):
-    """(output if not pred, output if pred); the other is dead."""
-    from tensorflow.python.ops import control_flow_ops  # no public v1 Switch
-
-    return control_flow_ops.switch(tensor, pred)
-
-
-def _merge(tensors):
-    from tensorflow.python.ops import control_flow_ops
-
-    return control_flow_ops.merge(tensors)[0]
+    position.reads.append(((keys, values), skipping))
+    return keys, values
 
 
 def _quiet_guard(position: InputPosition) -> None:
@@ -203,7 +194,10 @@ def take_consumed(position: InputPosition, batch: dict) -> dict:
 
         def add():
             unique, _, n = tf.unique_with_counts(keys)  # a record twice in one batch: 2
-            return table.insert(unique, table.lookup(unique) + tf.cast(n, tf.int64))
+            # Masked, not a cond: nothing at all is noted until a session tallies.
+            on = tf.fill(tf.shape(unique), tallying.read_value())
+            return table.insert(tf.boolean_mask(unique, on), tf.boolean_mask(
+                table.lookup(unique) + tf.cast(n, tf.int64), on))
 
         def drain():
             k, n = table.export()
@@ -212,21 +206,11 @@ def take_consumed(position: InputPosition, batch: dict) -> dict:
             with tf.control_dependencies([gone]):
                 return tf.identity(k), tf.identity(n)
 
-        on = tallying.read_value()
-        pivot = tf.identity(_switch(on, on)[1])
-        with tf.control_dependencies([pivot]):
-            noted = position.guard.execute(lambda: tf.group(add()))
-        # Merge: the run waits for the note when tallying, goes on at once when not.
-        counted = _merge([tf.identity(_switch(on, on)[0]), _after(noted, on)])
+        noted = position.guard.execute(lambda: tf.group(add()))
         position.drain = position.guard.execute(drain)
         _quiet_guard(position)
-    with tf.control_dependencies([counted]):
+    with tf.control_dependencies([noted]):
         return {k: _identity(v) for k, v in batch.items()}
-
-
-def _after(op, value):
-    with tf.control_dependencies([op]):
-        return tf.identity(value)
 
 
 def _identity(value):

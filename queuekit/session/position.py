@@ -62,6 +62,7 @@ class Tally:
         self.sizes = [os.path.getsize(f) for f in self.files]
         self._places = [_record_places(f, position) for f in self.files]
         self.counts = [np.zeros(len(p), np.int64) for p in self._places]
+        self.skips = 0  # records a restore left to skip
 
     def drain(self, sess) -> None:
         """Count what the runs consumed since the last drain (the graph's table, emptied)."""
@@ -121,6 +122,7 @@ class Tally:
         sess.run(p.set_epoch, {p.epoch_value: epoch})
         if keys:
             sess.run(p.fill_skip, {p.skip_keys: keys, p.skip_counts: skips})
+        self.skips = len(keys)
         self.drain(sess)  # nothing was consumed yet: empty
         self.counts = counts
         log.info("pipeline %s resumes in epoch %d, %d record(s) of it consumed before the "
@@ -203,6 +205,31 @@ class InputPositions:
         self._written: dict[str, tuple[int, int]] = {}
         self._saved = False  # a save since the last tidy
         self._runs = 0
+        self._skipping = False  # a restore left reads to skip: runners start skipping
+
+    def enqueue_for(self, op):
+        """What a runner thread runs for enqueue ``op``: the op, or while a restore left
+        records to skip and ``op`` takes a resumable reader's records, the skipping read
+        fed into ``op`` in place of the plain read, until nothing is left to skip."""
+        plain = self._sess.make_callable(op)
+        found = _reader_of(op, self.tallies) if self._skipping else None
+        if found is None:
+            return plain
+        position, (keys, values), (skip_keys, skip_values) = found
+        feed = self._sess.make_callable(op, feed_list=[keys, values])
+        take = self._sess.make_callable([skip_keys, skip_values, position.pending_now])
+        skipping = True
+
+        def enqueue():
+            nonlocal skipping
+            if not skipping:
+                return plain()
+            k, v, left = take()
+            feed(k, v)
+            skipping = left > 0
+            return None
+
+        return enqueue
 
     def ran(self) -> None:
         """After each run: now and then, count what the runs consumed (bounds the tables)."""
@@ -291,11 +318,33 @@ class InputPositions:
             for tally in self.tallies:
                 if tally.position.name in saved:
                     tally.resume(saved[tally.position.name], sess)
+                    self._skipping = self._skipping or tally.skips > 0
             for work in self.works:
                 if work.name in books:
                     self.work_resume[work.name] = _work_resume(work, books[work.name])
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise DatasetError(f"{path}: a malformed input position ({e!r})") from e
+
+
+def _reader_of(op, tallies):
+    """(position, plain read, skipping read) of the reader whose records ``op`` takes, or
+    None: a walk up ``op``'s inputs to a resumable reader's plain read."""
+    reads = {}
+    for t in tallies:
+        for plain, skipping in t.position.reads:
+            reads[plain[0].ref()] = reads[plain[1].ref()] = (t.position, plain, skipping)
+    todo, seen = [op], set[str]()
+    while todo and len(seen) < 10_000:
+        op = todo.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        for tensor in op.inputs:
+            if tensor.ref() in reads:
+                return reads[tensor.ref()]
+            todo.append(tensor.op)
+        todo += op.control_inputs
+    return None
 
 
 def _work_files(work) -> list[list]:

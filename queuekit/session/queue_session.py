@@ -375,7 +375,8 @@ class QueueSession(SessionInterface):
         running = SessionThreads(
             self._graph, sess, self._reads, self._stall_timeout, self._grace,
             task=self._task.device if self._task else self._target, chief=self._init.chief,
-            resume_work=self._positions.work_resume if self._positions else None)
+            resume_work=self._positions.work_resume if self._positions else None,
+            enqueue_for=self._positions.enqueue_for if self._positions else None)
         if self._positions is not None:
             self._positions.chief_work = running.chief_work
         # Dropped without close(): warn as an unclosed file does, and stop the threads.

@@ -69,8 +69,11 @@ class RunnerSet:
     """Starts, watches, stops and joins the runner threads of one session."""
 
     def __init__(self, session: tf.compat.v1.Session, coord: tf.compat.v1.train.Coordinator,
-                 ops: GraphQueueOps, *, chief: bool = True):
+                 ops: GraphQueueOps, *, chief: bool = True, enqueue_for=None):
         self._sess = session
+        # enqueue_for(op): the callable a thread runs for that enqueue op (a feature's own,
+        # e.g. a resumed input's skipping read); by default the op's cached callable.
+        self._enqueue_for = enqueue_for or session.make_callable
         self._chief = chief
         self._coord = coord
         self._ops = ops
@@ -115,7 +118,7 @@ class RunnerSet:
     def _run(self, qr, enqueue_op, name: str, index: int) -> None:
         closed_cleanly = False
         try:
-            enqueue = self._sess.make_callable(enqueue_op)
+            enqueue = self._enqueue_for(enqueue_op)
             queue = _queue_name(qr)
             gate = self.gates.get(queue)
             self.enqueues.setdefault(queue, 0)

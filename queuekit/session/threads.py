@@ -36,7 +36,8 @@ class SessionThreads:
 
     def __init__(self, graph: tf.Graph, sess, reads: ReadsCache, stall_timeout: float | None,
                  grace: float, *, task: str = "", chief: bool = True,
-                 resume_work: dict[str, tuple[int, list[str]]] | None = None):
+                 resume_work: dict[str, tuple[int, list[str]]] | None = None,
+                 enqueue_for=None):
         self._graph = graph
         self._sess = sess
         self._reads = reads
@@ -47,7 +48,8 @@ class SessionThreads:
         # Shared with the watchdog and the SIGINT router, which run in other threads.
         self.state = RunState()
         self.coord = tf.compat.v1.train.Coordinator()
-        self.runners = RunnerSet(sess, self.coord, queue_ops(graph), chief=chief)
+        self.runners = RunnerSet(sess, self.coord, queue_ops(graph), chief=chief,
+                                 enqueue_for=enqueue_for)
         self.signals = SessionSignals(self.state, self.wake, grace)
         self.policy = RunPolicy(self.state, self.coord, self.runners, self.signals)
         self._routed = False
