@@ -117,7 +117,8 @@ def evaluate(files: list[str], num_classes: int, model_dir: str, *,
     """(accuracy, records) of the latest checkpoint on ``files``, each record read once."""
     graph = tf.Graph()
     with graph.as_default():
-        batch = qk.tfrecord_batches(files, batch_size=batch_size, num_epochs=1)
+        batch = qk.tfrecord_batches(files, batch_size=batch_size, num_epochs=1,
+                                    allow_smaller_final_batch=True)  # every record, n <= batch
         correct = tf.equal(tf.argmax(model(batch["image"], num_classes), 1, output_type=tf.int32),
                            batch["label"])
         saver = v1.train.Saver()

@@ -83,7 +83,7 @@ def run_demo(workdir: str = "queuekit-demo", images: int = 600, *, bench: bool =
     expected = sorted(folder.relative(i) for i in range(len(folder)))
     with QueueSession() as qs:
         batch = tfrecord_batches(made.outputs, batch_size=32, num_epochs=1, shuffle=True,
-                                    seed=0, num_readers=2)
+                                 seed=0, num_readers=2, allow_smaller_final_batch=True)
         seen: list[str] = []
         batches = 0
         for b in qs.iterate(batch):
