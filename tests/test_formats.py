@@ -466,6 +466,7 @@ def test_fixed_length_parse_fn_with_a_header(tmp_path):
     path.write_bytes(b"HEAD" + b"".join(bytes([i]) * 5 for i in range(10)))
     with qk.QueueSession() as qs:
         b = qk.fixed_length_batches(str(path), record_bytes=5, header_bytes=4, batch_size=4,
+                                    num_readers=1,  # in file order
                                     num_epochs=1, parse_fn=lambda v: {
                                         "v": tf.reshape(tf.io.decode_raw(v, tf.uint8), [5])})
         got = np.concatenate([x["v"] for x in qs.iterate(b)])

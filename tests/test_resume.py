@@ -347,7 +347,7 @@ def test_every_run_that_takes_a_batch_is_counted_and_a_plain_session_counts_noth
         tmp_path, files):
     """Consumption is counted in the graph by the run that takes a batch: a run on the raw
     session (``qs.session``) counts like a step, and nothing is lost across a drain of the
-    table; under a plain tf.Session (no queuekit) the graph's table stays empty (nothing
+    queue; under a plain tf.Session (no queuekit) the graph's queue stays empty (nothing
     would ever drain it)."""
     from queuekit.graph_keys import GraphKeys, graph_objects
     from queuekit.session import position as session_position
@@ -379,7 +379,7 @@ def test_every_run_that_takes_a_batch_is_counted_and_a_plain_session_counts_noth
             threads = v1.train.start_queue_runners(sess, coord)
             for _ in range(3):
                 sess.run(batch)
-            assert sess.run(pos.consumed.size()) == 0
+            assert sess.run(pos.consumed.size()) == 0  # nothing noted
             coord.request_stop()
             coord.join(threads, stop_grace_period_secs=10)
 

@@ -248,6 +248,7 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
                          seed: int | None = None, num_threads: int | str = 1,
                          capacity: int | None = None, normalize: bool = True,
                          max_threads: int | None = None,
+                         allow_smaller_final_batch: bool | None = None,
                          name: str | None = None) -> dict[str, tf.Tensor]:
     """Batches read straight from a class-per-folder image tree.
 
@@ -258,7 +259,8 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
     an alpha channel is dropped, not composited (``make`` composites it).
     Returns ``image``, ``label`` and ``filename``. ``num_threads="auto"`` builds
     ``max_threads`` (default: 8, or the cores up to 16) and lets the session's
-    tuner keep only as many running as raise the rate.
+    tuner keep only as many running as raise the rate. ``allow_smaller_final_batch``:
+    as in :func:`tfrecord_batches`.
     """
     Batching(batch_size=batch_size)  # checks the count
     num_threads, tuned = resolve_count("num_threads", num_threads, max_threads)
@@ -300,7 +302,8 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
             min_after = None
         batch = make_batch([tensors], batch_size=batch_size, shuffle=shuffle, seed=seed,
                            capacity=capacity, min_after_dequeue=min_after,
-                           allow_smaller=keeps_last_batch(None, num_epochs), enqueue_many=False,
+                           allow_smaller=keeps_last_batch(allow_smaller_final_batch, num_epochs),
+                           enqueue_many=False,
                            num_threads=num_threads)
         batch = take_consumed(position, batch)
         if tuned:

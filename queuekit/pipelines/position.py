@@ -21,7 +21,7 @@ pipeline (not a work queue's: its chief keeps books of its own) is built with
 - each record's reader key (``<file>:<byte offset>``, ``<file>:<record
   index>`` for fixed-length records, ``<file>:0`` for an image file) as a
   hidden batch component, taken out again by :func:`take_consumed`: every
-  run that takes a batch out of the batch queue adds its keys to a table in
+  run that takes a batch out of the batch queue puts its keys in a queue in
   the graph (consumption, and what a checkpoint saves), which the session
   drains now and then. Fetching the keys into Python with every step cost
   about 5% of workload (a) (the runner threads wait for the GIL); counting
@@ -74,9 +74,9 @@ class InputPosition:
     pending_now: Any = None  # pending's value (a resumed runner stops skipping at 0)
     # Per reader: ((keys, values) of its plain read, (keys, values) of its skipping read).
     reads: list = dataclasses.field(default_factory=list)
-    consumed: Any = None  # the table: reader key -> times a run took that record out
+    consumed: Any = None  # a queue: the reader key of each record a run took out
     tally: Any = None  # op: consumed counts from now on (a queuekit session tallies)
-    drain: Any = None  # (keys, counts) of the consumed table, which it empties
+    drain: Any = None  # every key in the consumed queue, which it empties
 
 
 def epoch_files(files, num_epochs: int | None, shuffle: bool, seed: int | None, *,
@@ -182,33 +182,22 @@ def _quiet_guard(position: InputPosition) -> None:
 
 
 def take_consumed(position: InputPosition, batch: dict) -> dict:
-    """The batch the user gets: the reader keys taken out, and every component made to count
-    them in ``position.consumed`` in the run that takes it (once a session ran
-    ``position.tally``: a session that never drains the table must not grow it)."""
+    """The batch the user gets: the reader keys taken out, and every component made to put
+    them in ``position.consumed``, a queue the session drains, in the run that takes the
+    batch (once a session ran ``position.tally``: a queue nobody drains must not grow)."""
     keys = batch.pop(POSITION_KEY)
     with tf.name_scope("consumed"):
-        table = position.consumed = _scratch_table("consumed")
+        # Unbounded: a step must never wait on it. A queue, not a table: one op per step,
+        # no lock (a table's lookup-and-insert needs the critical section).
+        queue = position.consumed = tf.queue.FIFOQueue(
+            2**31 - 1, [tf.string], shapes=[[]], name="consumed_keys")
         tallying = _v1.Variable(False, trainable=False, name="tallying",
                                 collections=[_v1.GraphKeys.LOCAL_VARIABLES], use_resource=True)
         position.tally = tallying.assign(True)
-
-        def add():
-            unique, _, n = tf.unique_with_counts(keys)  # a record twice in one batch: 2
-            # Masked, not a cond: nothing at all is noted until a session tallies.
-            on = tf.fill(tf.shape(unique), tallying.read_value())
-            return table.insert(tf.boolean_mask(unique, on), tf.boolean_mask(
-                table.lookup(unique) + tf.cast(n, tf.int64), on))
-
-        def drain():
-            k, n = table.export()
-            with tf.control_dependencies([k, n]):
-                gone = table.remove(k)
-            with tf.control_dependencies([gone]):
-                return tf.identity(k), tf.identity(n)
-
-        noted = position.guard.execute(lambda: tf.group(add()))
-        position.drain = position.guard.execute(drain)
-        _quiet_guard(position)
+        # Masked, not a cond: a run with control flow takes TF's slower executor path.
+        on = tf.fill(tf.shape(keys), tallying.read_value())
+        noted = queue.enqueue_many([tf.boolean_mask(keys, on)])
+        position.drain = queue.dequeue_many(queue.size())  # only the session dequeues it
     with tf.control_dependencies([noted]):
         return {k: _identity(v) for k, v in batch.items()}
 

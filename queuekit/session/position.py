@@ -3,8 +3,8 @@ resumed from it, so a killed job delivers every record once per epoch.
 
 For each resumable pipeline of the graph (:mod:`queuekit.pipelines.position`)
 a :class:`Tally` counts, per record, how many times a run took it out of the
-batch queue: the graph counts each batch's reader keys in a table in the run
-that takes the batch (also a hook's run), and the tally drains that table
+batch queue: the graph puts each batch's reader keys in a queue in the run
+that takes the batch (also a hook's run), and the tally drains that queue
 every :data:`_DRAIN_RUNS` runs and before each checkpoint. Records read but
 still in the queues (a shuffle buffer) are not consumed.
 
@@ -46,7 +46,7 @@ from queuekit.session.start import SessionInterface
 
 log = logging.getLogger(__name__)
 SUFFIX = ".queuekit-input"
-_DRAIN_RUNS = 1000  # runs between two drains of the graph's consumed tables (their memory)
+_DRAIN_RUNS = 1000  # runs between two drains of the graph's consumed queues (their memory)
 FORMAT = 1
 _SAVE_OPS = ("SaveV2", "Save", "SaveSlices", "MergeV2Checkpoints")
 _RESTORE_OPS = ("RestoreV2", "Restore", "RestoreSlice")
@@ -65,8 +65,11 @@ class Tally:
         self.skips = 0  # records a restore left to skip
 
     def drain(self, sess) -> None:
-        """Count what the runs consumed since the last drain (the graph's table, emptied)."""
-        keys, repeats = sess.run(self.position.drain)
+        """Count what the runs consumed since the last drain (the graph's queue, emptied)."""
+        drained = sess.run(self.position.drain)
+        if not len(drained):
+            return
+        keys, repeats = np.unique(drained, return_counts=True)
         by_file: dict[bytes, list[int]] = {}
         counts: dict[bytes, list[int]] = {}
         for key, n in zip(keys.tolist(), repeats.tolist(), strict=True):
