@@ -257,6 +257,28 @@ def test_saver_restore_before_the_first_run_resumes_and_resume_input_false_start
         assert _consume(qs, batch, 1) == [0, 1, 2, 3, 4]
 
 
+def test_a_file_consumed_whole_is_not_read_again_after_a_restore(tmp_path, files, caplog):
+    """A checkpoint after 35 records (file 0 whole, 5 of file 1): the resumed epoch's producer
+    leaves file 0 out (it is not read and skipped record by record, which a restart late in
+    a long epoch would pay for all it consumed); only file 1's five records are skipped."""
+    from queuekit.graph_keys import GraphKeys, graph_objects
+
+    caplog.set_level("INFO", logger="queuekit.session.position")
+    prefix = str(tmp_path / "ck" / "model")
+    with qk.QueueSession() as qs:
+        batch = _ids_batch(files)
+        first = _consume(qs, batch, 7)
+        v1.train.Saver().save(qs, prefix)
+    with qk.QueueSession() as qs:
+        batch = _ids_batch(files)
+        (position,) = graph_objects(qs.graph, GraphKeys.INPUT_POSITIONS)
+        v1.train.Saver().restore(qs, prefix)
+        assert qs.session.run(position.table.size()) == 5
+        rest = [i for b in qs.iterate(batch) for i in b["id"].tolist()]
+    assert first + rest == list(range(N_FILES * PER_FILE))
+    assert "1 file(s) of it consumed whole before the checkpoint are left out" in caplog.text
+
+
 def test_a_checkpoint_without_a_position_or_of_other_files_starts_over(tmp_path, files,
                                                                        caplog):
     """A checkpoint saved through the raw session has no position (a warning); one whose

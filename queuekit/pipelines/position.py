@@ -62,7 +62,7 @@ class InputPosition:
     shuffle: bool
     seed: int
     epoch: Any  # local int64 variable: how many epochs the producer started
-    set_epoch: Any  # op: epoch = epoch_value
+    set_epoch: Any  # op: epoch = epoch_value, and it is the epoch resumed
     epoch_value: Any
     fill_skip: Any  # op: skip[skip_keys] = skip_counts; pending = their sum
     skip_keys: Any  # placeholder [None] string: "<file>:<offset or index>", as the reader says
@@ -72,6 +72,9 @@ class InputPosition:
     guard: Any = None  # the CriticalSection its count-down and the consumed table run in
     producer_queue: str = ""  # the filename queue
     pending_now: Any = None  # pending's value (a resumed runner stops skipping at 0)
+    items: tuple[bytes, ...] = ()  # what the filename queue carries for each file
+    consumed_whole: Any = None  # placeholder [None] string: items the resumed epoch drops
+    drop_files: Any = None  # op: the resumed epoch's producer leaves consumed_whole out
     # Per reader: ((keys, values) of its plain read, (keys, values) of its skipping read).
     reads: list = dataclasses.field(default_factory=list)
     consumed: Any = None  # a queue: the reader key of each record a run took out
@@ -105,9 +108,18 @@ def epoch_files(files, num_epochs: int | None, shuffle: bool, seed: int | None, 
         else:
             with tf.control_dependencies([started]):
                 order = tf.identity(content)
+        # The files a restored checkpoint's epoch consumed whole are not read again in it
+        # (rather than read and every record skipped: a restart late in a long epoch).
+        resumed = _v1.Variable(-1, dtype=tf.int64, trainable=False, name="resumed_epoch",
+                               collections=[_v1.GraphKeys.LOCAL_VARIABLES], use_resource=True)
+        consumed_files = _scratch_table("consumed_files")
+        again = tf.logical_or(tf.not_equal(started, resumed.read_value()),
+                              tf.equal(consumed_files.lookup(order), 0))
+        order = tf.boolean_mask(order, again)
         queue = tf.queue.FIFOQueue(_PRODUCER_CAPACITY, [tf.string], shapes=[[]])
         _v1.train.add_queue_runner(_v1.train.QueueRunner(queue, [queue.enqueue_many([order])]))
         epoch_value = _v1.placeholder(tf.int64, [], name="epoch_value")
+        whole = _v1.placeholder(tf.string, [None], name="consumed_whole")
         skip_keys = _v1.placeholder(tf.string, [None], name="skip_keys")
         skip_counts = _v1.placeholder(tf.int64, [None], name="skip_counts")
         table = _scratch_table("skip")
@@ -119,9 +131,14 @@ def epoch_files(files, num_epochs: int | None, shuffle: bool, seed: int | None, 
             position_name, files, "file" if items is not None else "index" if fixed else "offset",
             fixed, num_epochs, shuffle,
             seed, epoch,
-            epoch.assign(epoch_value), epoch_value, fill, skip_keys, skip_counts, pending,
+            tf.group(epoch.assign(epoch_value), resumed.assign(epoch_value)), epoch_value,
+            fill, skip_keys, skip_counts, pending,
             table, tf.CriticalSection(name="skip_guard"), queue.queue_ref.op.name,
-            pending_now=pending.read_value())
+            pending_now=pending.read_value(), items=tuple(
+                os.fsencode(f) for f in files) if items is None else tuple(
+                i if isinstance(i, bytes) else str(i).encode() for i in items),
+            consumed_whole=whole, drop_files=consumed_files.insert(
+                whole, tf.ones_like(whole, dtype=tf.int64)))
     graph_objects(_v1.get_default_graph(), GraphKeys.INPUT_POSITIONS).append(position)
     return queue, position
 

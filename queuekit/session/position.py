@@ -115,21 +115,29 @@ class Tally:
                                                                    strict=True)}
         counts = [by_name[f] for f in self.files]  # in this pipeline's order, whatever it was
         done = min((int(c.min()) for c in counts if len(c)), default=0)
-        keys, skips = [], []
-        for path, places, c in zip(self.files, self._places, counts, strict=True):
-            ahead = np.nonzero(c > done)[0]
+        keys, skips, whole = [], [], []
+        for path, item, places, c in zip(self.files, p.items, self._places, counts,
+                                         strict=True):
+            base = done
+            if len(c) and int(c.min()) > done:  # consumed whole in epoch `done`: not read
+                whole.append(item)
+                base = done + 1
+            ahead = np.nonzero(c > base)[0]
             name = os.fsencode(path)  # as the reader reports it, also when not UTF-8
             keys += [name + b":%d" % int(places[i]) for i in ahead]
-            skips += [int(c[i] - done) for i in ahead]
+            skips += [int(c[i] - base) for i in ahead]
         epoch = done if p.num_epochs is None else min(done, p.num_epochs)
         sess.run(p.set_epoch, {p.epoch_value: epoch})
+        if whole:
+            sess.run(p.drop_files, {p.consumed_whole: whole})
         if keys:
             sess.run(p.fill_skip, {p.skip_keys: keys, p.skip_counts: skips})
         self.skips = len(keys)
         self.drain(sess)  # nothing was consumed yet: empty
         self.counts = counts
-        log.info("pipeline %s resumes in epoch %d, %d record(s) of it consumed before the "
-                 "checkpoint", p.name, epoch, len(keys))
+        log.info("pipeline %s resumes in epoch %d: %d file(s) of it consumed whole before the "
+                 "checkpoint are left out, %d record(s) skipped", p.name, epoch, len(whole),
+                 len(keys))
         return True
 
 
