@@ -20,12 +20,12 @@ pipeline (not a work queue's: its chief keeps books of its own) is built with
   control flow);
 - each record's reader key (``<file>:<byte offset>``, ``<file>:<record
   index>`` for fixed-length records, ``<file>:0`` for an image file) as a
-  hidden batch component, taken out again by :func:`take_consumed`: every
-  run that takes a batch out of the batch queue puts its keys in a queue in
-  the graph (consumption, and what a checkpoint saves), which the session
-  drains now and then. Fetching the keys into Python with every step cost
-  about 5% of workload (a) (the runner threads wait for the GIL); counting
-  them behind a ``Switch`` about 3%.
+  hidden batch component, taken out again by :func:`take_consumed`: a
+  session runs its note with every run that takes a batch out of the batch
+  queue, which puts the batch's keys in a queue in the graph (consumption,
+  and what a checkpoint saves); the session drains it now and then. Fetching
+  the keys into Python with every step cost about 5% of workload (a) (the
+  runner threads wait for the GIL).
 
 The pipeline's :class:`InputPosition` is in
 ``graph_objects(graph, GraphKeys.INPUT_POSITIONS)``; ``queuekit.session.position``
@@ -78,8 +78,9 @@ class InputPosition:
     # Per reader: ((keys, values) of its plain read, (keys, values) of its skipping read).
     reads: list = dataclasses.field(default_factory=list)
     consumed: Any = None  # a queue: the reader key of each record a run took out
-    tally: Any = None  # op: consumed counts from now on (a queuekit session tallies)
+    note: Any = None  # op: the keys of the batch this run takes into ``consumed``
     drain: Any = None  # every key in the consumed queue, which it empties
+    batch_queue: str = ""  # the queue whose dequeue consumes records
 
 
 def epoch_files(files, num_epochs: int | None, shuffle: bool, seed: int | None, *,
@@ -198,29 +199,17 @@ def _quiet_guard(position: InputPosition) -> None:
     executions[:] = [e for e in executions if e.handle is not position.guard._handle]
 
 
-def take_consumed(position: InputPosition, batch: dict) -> dict:
-    """The batch the user gets: the reader keys taken out, and every component made to put
-    them in ``position.consumed``, a queue the session drains, in the run that takes the
-    batch (once a session ran ``position.tally``: a queue nobody drains must not grow)."""
-    keys = batch.pop(POSITION_KEY)
+def take_consumed(position: InputPosition, batch: dict, batch_queue: str) -> dict:
+    """The batch the user gets, the reader keys taken out: ``position.note`` puts them in
+    ``position.consumed``, a queue the session drains, and a queuekit session runs it with
+    every run that takes a batch out of ``batch_queue``."""
     with tf.name_scope("consumed"):
-        # Unbounded: a step must never wait on it. A queue, not a table: one op per step,
-        # no lock (a table's lookup-and-insert needs the critical section).
+        # Unbounded: a run must never wait on it. Run beside the step, not before its
+        # outputs: as a control input it cost 9% of workload (a) with read_many (the step
+        # waited for the note behind the readers' ops in the inter-op pool).
         queue = position.consumed = tf.queue.FIFOQueue(
             2**31 - 1, [tf.string], shapes=[[]], name="consumed_keys")
-        tallying = _v1.Variable(False, trainable=False, name="tallying",
-                                collections=[_v1.GraphKeys.LOCAL_VARIABLES], use_resource=True)
-        position.tally = tallying.assign(True)
-        # Masked, not a cond: a run with control flow takes TF's slower executor path.
-        on = tf.fill(tf.shape(keys), tallying.read_value())
-        noted = queue.enqueue_many([tf.boolean_mask(keys, on)])
+        position.note = queue.enqueue_many([batch.pop(POSITION_KEY)])
         position.drain = queue.dequeue_many(queue.size())  # only the session dequeues it
-    with tf.control_dependencies([noted]):
-        return {k: _identity(v) for k, v in batch.items()}
-
-
-def _identity(value):
-    if isinstance(value, tf.SparseTensor):
-        return tf.SparseTensor(tf.identity(value.indices), tf.identity(value.values),
-                               tf.identity(value.dense_shape))
-    return tf.identity(value)
+    position.batch_queue = batch_queue
+    return batch
