@@ -20,12 +20,13 @@ pipeline (not a work queue's: its chief keeps books of its own) is built with
   control flow);
 - each record's reader key (``<file>:<byte offset>``, ``<file>:<record
   index>`` for fixed-length records, ``<file>:0`` for an image file) as a
-  hidden batch component, taken out again by :func:`take_consumed`: a
-  session runs its note with every run that takes a batch out of the batch
-  queue, which puts the batch's keys in a queue in the graph (consumption,
-  and what a checkpoint saves); the session drains it now and then. Fetching
-  the keys into Python with every step cost about 5% of workload (a) (the
-  runner threads wait for the GIL).
+  hidden batch component, taken out again by :func:`take_consumed`: every
+  run that takes a batch out of the batch queue counts its keys in a table in
+  the graph (consumption, and what a checkpoint saves), which the session
+  drains now and then. Fetching the keys into Python with every step cost
+  about 5% of workload (a) (the runner threads wait for the GIL); counting
+  them behind a ``Switch`` about 1.5%, into a queue beside the step about 9%
+  with ``read_many`` (``docs/benchmarks.rst``).
 
 The pipeline's :class:`InputPosition` is in
 ``graph_objects(graph, GraphKeys.INPUT_POSITIONS)``; ``queuekit.session.position``
@@ -77,10 +78,9 @@ class InputPosition:
     drop_files: Any = None  # op: the resumed epoch's producer leaves consumed_whole out
     # Per reader: ((keys, values) of its plain read, (keys, values) of its skipping read).
     reads: list = dataclasses.field(default_factory=list)
-    consumed: Any = None  # a queue: the reader key of each record a run took out
-    note: Any = None  # op: the keys of the batch this run takes into ``consumed``
-    drain: Any = None  # every key in the consumed queue, which it empties
-    batch_queue: str = ""  # the queue whose dequeue consumes records
+    consumed: Any = None  # the table: reader key -> times a run took that record out
+    tally: Any = None  # op: consumed counts from now on (a queuekit session tallies)
+    drain: Any = None  # (keys, counts) of the consumed table, which it empties
 
 
 def epoch_files(files, num_epochs: int | None, shuffle: bool, seed: int | None, *,
@@ -199,17 +199,40 @@ def _quiet_guard(position: InputPosition) -> None:
     executions[:] = [e for e in executions if e.handle is not position.guard._handle]
 
 
-def take_consumed(position: InputPosition, batch: dict, batch_queue: str) -> dict:
-    """The batch the user gets, the reader keys taken out: ``position.note`` puts them in
-    ``position.consumed``, a queue the session drains, and a queuekit session runs it with
-    every run that takes a batch out of ``batch_queue``."""
+def take_consumed(position: InputPosition, batch: dict) -> dict:
+    """The batch the user gets: the reader keys taken out, and every component made to count
+    them in ``position.consumed`` in the run that takes it (once a session ran
+    ``position.tally``: a session that never drains the table must not grow it)."""
+    keys = batch.pop(POSITION_KEY)
     with tf.name_scope("consumed"):
-        # Unbounded: a run must never wait on it. Run beside the step, not before its
-        # outputs: as a control input it cost 9% of workload (a) with read_many (the step
-        # waited for the note behind the readers' ops in the inter-op pool).
-        queue = position.consumed = tf.queue.FIFOQueue(
-            2**31 - 1, [tf.string], shapes=[[]], name="consumed_keys")
-        position.note = queue.enqueue_many([batch.pop(POSITION_KEY)])
-        position.drain = queue.dequeue_many(queue.size())  # only the session dequeues it
-    position.batch_queue = batch_queue
-    return batch
+        table = position.consumed = _scratch_table("consumed")
+        tallying = _v1.Variable(False, trainable=False, name="tallying",
+                                collections=[_v1.GraphKeys.LOCAL_VARIABLES], use_resource=True)
+        position.tally = tallying.assign(True)
+
+        def add():
+            unique, _, n = tf.unique_with_counts(keys)  # a record twice in one batch: 2
+            # Masked, not a cond: nothing at all is noted until a session tallies.
+            on = tf.fill(tf.shape(unique), tallying.read_value())
+            return table.insert(tf.boolean_mask(unique, on), tf.boolean_mask(
+                table.lookup(unique) + tf.cast(n, tf.int64), on))
+
+        def drain():
+            k, n = table.export()
+            with tf.control_dependencies([k, n]):
+                gone = table.remove(k)
+            with tf.control_dependencies([gone]):
+                return tf.identity(k), tf.identity(n)
+
+        noted = position.guard.execute(lambda: tf.group(add()))
+        position.drain = position.guard.execute(drain)
+        _quiet_guard(position)
+    with tf.control_dependencies([noted]):
+        return {k: _identity(v) for k, v in batch.items()}
+
+
+def _identity(value):
+    if isinstance(value, tf.SparseTensor):
+        return tf.SparseTensor(tf.identity(value.indices), tf.identity(value.values),
+                               tf.identity(value.dense_shape))
+    return tf.identity(value)

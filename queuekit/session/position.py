@@ -3,11 +3,10 @@ resumed from it, so a killed job delivers every record once per epoch.
 
 For each resumable pipeline of the graph (:mod:`queuekit.pipelines.position`)
 a :class:`Tally` counts, per record, how many times a run took it out of the
-batch queue: every run that dequeues a pipeline's batch (its fetches merged
-with its hooks', which may dequeue too) also runs the pipeline's note, which
-puts that batch's reader keys in a queue in the graph, and the tally drains
-that queue every :data:`_DRAIN_RUNS` runs and before each checkpoint (the
-keys never pass through Python with a step). Records read but
+batch queue: the graph counts each batch's reader keys in a table in the run
+that takes the batch (also a hook's run, or a run on the raw session), and
+the tally drains that table every :data:`_DRAIN_RUNS` runs and before each
+checkpoint (the keys never pass through Python with a step). Records read but
 still in the queues (a shuffle buffer) are not consumed.
 
 A checkpoint written through the session (``saver.save(qs, path)``, TF's
@@ -48,7 +47,7 @@ from queuekit.session.start import SessionInterface
 
 log = logging.getLogger(__name__)
 SUFFIX = ".queuekit-input"
-_DRAIN_RUNS = 1000  # runs between two drains of the graph's consumed queues (their memory)
+_DRAIN_RUNS = 1000  # runs between two drains of the graph's consumed tables (their memory)
 FORMAT = 1
 _SAVE_OPS = ("SaveV2", "Save", "SaveSlices", "MergeV2Checkpoints")
 _RESTORE_OPS = ("RestoreV2", "Restore", "RestoreSlice")
@@ -67,11 +66,8 @@ class Tally:
         self.skips = 0  # records a restore left to skip
 
     def drain(self, sess) -> None:
-        """Count what the runs consumed since the last drain (the graph's queue, emptied)."""
-        drained = sess.run(self.position.drain)
-        if not len(drained):
-            return
-        keys, repeats = np.unique(drained, return_counts=True)
+        """Count what the runs consumed since the last drain (the graph's table, emptied)."""
+        keys, repeats = sess.run(self.position.drain)
         by_file: dict[bytes, list[int]] = {}
         counts: dict[bytes, list[int]] = {}
         for key, n in zip(keys.tolist(), repeats.tolist(), strict=True):
@@ -203,6 +199,8 @@ class InputPositions:
     def __init__(self, graph: tf.Graph, sess):
         self.tallies = [Tally(p) for p in graph_objects(graph, GraphKeys.INPUT_POSITIONS)]
         self._sess = sess
+        if self.tallies:  # the graph counts what runs consume from now on
+            sess.run([t.position.tally for t in self.tallies])
         # A work queue's position is the chief's books (queuekit.cluster.books): the files
         # done. ``chief_work()`` gives their threads (set once the session's threads
         # exist); ``work_resume``, what a restored checkpoint says each starts from.
@@ -242,19 +240,13 @@ class InputPositions:
 
         return enqueue
 
-    def counted(self, run, fetches, reads):
-        """``run(fetches)`` (a run that dequeues ``reads``), with the note of every batch it
-        dequeues run too; now and then the notes are counted (their queue's memory)."""
-        notes = [t.position.note for t in self.tallies if t.position.batch_queue in reads]
-        if not notes:
-            return run(fetches)
-        out = run([fetches, notes])[0]
+    def ran(self) -> None:
+        """After each run: now and then, count what the runs consumed (bounds the tables)."""
         self._runs += 1
-        if self._runs >= _DRAIN_RUNS:
+        if self._runs >= _DRAIN_RUNS and self.tallies:
             self._runs = 0
             for t in self.tallies:
                 t.drain(self._sess)
-        return out
 
     def state(self) -> dict[str, Any]:
         return {"format": FORMAT, "pipelines": [t.state(self._sess) for t in self.tallies],

@@ -279,10 +279,10 @@ class QueueSession(SessionInterface):
 
     def _step(self, fetches, feed_dict, options, run_metadata):
         reads = self._reads(fetches)
-        if self._positions is not None:  # note what the step consumes (hooks' fetches too)
-            return self._positions.counted(lambda f: self._policy_run(
-                f, feed_dict, options, run_metadata, reads), fetches, reads)
-        return self._policy_run(fetches, feed_dict, options, run_metadata, reads)
+        out = self._policy_run(fetches, feed_dict, options, run_metadata, reads)
+        if self._positions is not None:
+            self._positions.ran()
+        return out
 
     def _policy_run(self, fetches, feed_dict, options, run_metadata, reads):
         assert self._running is not None  # started by the caller
