@@ -78,7 +78,7 @@ def test_books_close_the_queue_once_read_and_end_once_done(chief):
     """Every entry read: the todo queue is closed (pipelines may end); every entry done: the
     books end."""
     c = chief(["f0", "f1"])
-    c.books.fill_epoch()
+    c.books.start()
     assert c.todo() == 2
     taken = [c.take("w0"), c.take("w1")]
     assert taken == [entry(0, "f0"), entry(0, "f1")]
@@ -99,7 +99,7 @@ def test_books_fill_each_epoch_in_the_seeded_order(chief):
     orders = []
     for _ in range(2):
         c = chief(files, num_epochs=2, shuffle=True, seed=7)
-        c.books.fill_epoch()
+        c.books.start()
         first = [c.take("w0") for _ in files]
         c.books.update()  # the queue is empty: epoch 1 is filled
         second = [c.take("w0") for _ in files]
@@ -114,7 +114,7 @@ def test_books_fill_each_epoch_in_the_seeded_order(chief):
 def test_books_requeue_what_a_stopping_worker_gives_back(chief):
     """A ``back`` from the task that holds an entry puts it in the queue again at once."""
     c = chief(["f0"])
-    c.books.fill_epoch()
+    c.books.start()
     e = c.take("w1")
     c.event("back", "w1", e)
     c.books.update()
@@ -126,7 +126,7 @@ def test_books_requeue_or_report_the_files_of_a_silent_task(chief, caplog, on_lo
     """A task silent for lost_after_secs: its entries go back to the queue, or are lost by
     name (the session then raises WorkLost)."""
     c = chief(["f0", "f1"], on_lost=on_lost, lost_after_secs=0.05)
-    c.books.fill_epoch()
+    c.books.start()
     e = c.take("w1")
     c.books.update()  # the chief hears of w1 (its take)
     deadline = time.monotonic() + 10
@@ -139,3 +139,19 @@ def test_books_requeue_or_report_the_files_of_a_silent_task(chief, caplog, on_lo
         assert not c.books.lost
     else:
         assert c.todo() == 1 and c.books.lost == [e] and c.books.lost_tasks == {"w1"}
+
+
+def test_a_save_before_the_first_fill_neither_fills_nor_forgets_restored_books(chief):
+    """A checkpoint saved before the chief's thread made its first fill (a session's first
+    checkpoint) must not fill the queue itself (the epoch would be queued twice), and saves
+    the books the job was restored with, not empty ones."""
+    c = chief(["f0", "f1", "f2"])
+    assert c.books.update() is False and c.todo() == 0
+    assert c.books.state() == {"epoch": 0, "unfinished": []}
+    c.books.start()
+    assert c.todo() == 3
+    assert c.books.state() == {"epoch": 1, "unfinished": [entry(0, f) for f in ("f0", "f1", "f2")]}
+    restored = Books(c.work, c.sess, resume=(1, [entry(0, "f1")]))
+    assert restored.state() == {"epoch": 1, "unfinished": [entry(0, "f1")]}
+    restored.start()
+    assert c.todo() == 4  # f1 again, after the first books' epoch

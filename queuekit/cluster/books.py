@@ -35,6 +35,7 @@ class Books:
         self._resume = resume
         # The books change in the chief's thread and are read by a checkpoint's save.
         self.lock = threading.Lock()
+        self.started = False  # the first fill is done (only then may a save update the books)
         self.epoch = 0
         self.closed = False
         self.pending: set[str] = set()  # filled, not done
@@ -47,21 +48,26 @@ class Books:
 
     def start(self) -> None:
         """The first fill: an epoch, or what a restored checkpoint's books left unfinished."""
-        if self._resume is None:
-            self.fill_epoch()
-            return
-        self.epoch, entries = self._resume
-        if entries:
-            self.fill(entries)
-            self.pending.update(entries)
-        log.info("work queue %s resumes: %d file(s) not done at the checkpoint re-queued, "
-                 "then epoch %d", self.work.name, len(entries), self.epoch)
+        with self.lock:
+            if self._resume is None:
+                self.fill_epoch()
+            else:
+                self.epoch, entries = self._resume
+                if entries:
+                    self.fill(entries)
+                    self.pending.update(entries)
+                log.info("work queue %s resumes: %d file(s) not done at the checkpoint "
+                         "re-queued, then epoch %d", self.work.name, len(entries), self.epoch)
+            self.started = True
 
     def state(self) -> dict:
         """What a checkpoint saves: the next epoch to fill and every entry filled and not
         done (still queued, taken, read but not consumed, lost): a restart fills those again
         and skips the files done. A file is done once its records were consumed."""
         with self.lock:
+            if not self.started:  # a save before the first fill (a session's first checkpoint)
+                epoch, entries = self._resume or (0, [])
+                return {"epoch": epoch, "unfinished": sorted(entries)}
             return {"epoch": self.epoch, "unfinished": sorted(self.pending | set(self.lost))}
 
     def fill(self, entries: list[str]) -> None:
@@ -94,6 +100,8 @@ class Books:
     def update(self) -> bool:
         """Read the events, handle lost tasks, top up or close; True once every entry is done."""
         with self.lock:  # the chief's thread, or a checkpoint's save bringing them up to date
+            if not self.started:  # a save must never make the first fill (twice, or wrong)
+                return False
             work = self.work
             n = int(self._sess.run(work.events_size))
             events = self._sess.run(work.take_events, {work.events_count: n}) if n else []
