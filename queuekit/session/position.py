@@ -342,18 +342,24 @@ def _reader_of(op, tallies):
     for t in tallies:
         for plain, skipping in t.position.reads:
             reads[plain[0].ref()] = reads[plain[1].ref()] = (t.position, plain, skipping)
+    for above in _ops_above(op):
+        for tensor in above.inputs:
+            if tensor.ref() in reads:
+                return reads[tensor.ref()]
+    return None
+
+
+def _ops_above(op, limit: int = 10_000):
+    """``op`` and the ops its inputs and control inputs come from, each once, up to
+    ``limit`` of them (a graph walk that must end quickly)."""
     todo, seen = [op], set[str]()
-    while todo and len(seen) < 10_000:
+    while todo and len(seen) < limit:
         op = todo.pop()
         if op.name in seen:
             continue
         seen.add(op.name)
-        for tensor in op.inputs:
-            if tensor.ref() in reads:
-                return reads[tensor.ref()]
-            todo.append(tensor.op)
-        todo += op.control_inputs
-    return None
+        yield op
+        todo += [t.op for t in op.inputs] + list(op.control_inputs)
 
 
 def _work_files(work) -> list[list]:
@@ -425,19 +431,11 @@ def _checkpoint_kind(graph: tf.Graph, name: str) -> str:
         element = graph.as_graph_element(name)
     except (KeyError, ValueError, TypeError):
         return ""
-    op = element.op if isinstance(element, tf.Tensor) else element
-    seen: set[str] = set()
-    todo = [op]
-    while todo and len(seen) < 10_000:
-        op = todo.pop()
-        if op.name in seen:
-            continue
-        seen.add(op.name)
+    for op in _ops_above(element.op if isinstance(element, tf.Tensor) else element):
         if op.type in _SAVE_OPS:
             return "save"
         if op.type in _RESTORE_OPS:
             return "restore"
-        todo += [t.op for t in op.inputs] + list(op.control_inputs)
     return ""
 
 
