@@ -3,9 +3,9 @@
 ``__all__`` is the core: the session, the builders and the errors a training
 loop meets. The dataset tools are in :mod:`queuekit.records`, the cluster's
 names in :mod:`queuekit.cluster`, every exception in :mod:`queuekit.errors`,
-the benchmark in :mod:`queuekit.bench`; their names also resolve here, as
-they did before 0.9. A name's module (and so TensorFlow) is imported when the
-name is first used (:mod:`queuekit.lazy`).
+the benchmark in :mod:`queuekit.bench`, TF-Slim's loops in :mod:`queuekit.slim`;
+their names also resolve here, as they did before 0.9. A name's module (and so
+TensorFlow) is imported when the name is first used (:mod:`queuekit.lazy`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # type checkers see the real names; at run time _WHERE loads 
     import queuekit.cluster as cluster
     import queuekit.errors as errors
     import queuekit.records as records
+    import queuekit.slim as slim
     from queuekit.bench import BenchReport, benchmark
     from queuekit.cluster.inputs import Shard, WorkQueueInput, worker_inputs
     from queuekit.cluster.launch import LocalCluster, exit_with_parent
@@ -144,4 +145,4 @@ def _check_tensorflow() -> None:
 
 
 __getattr__, __dir__ = exports(globals(), _WHERE, _check_tensorflow,
-                               subpackages=("bench", "cluster", "errors", "records"))
+                               subpackages=("bench", "cluster", "errors", "records", "slim"))

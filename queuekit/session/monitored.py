@@ -71,7 +71,7 @@ def monitored_training_session(
         scaffold=None, hooks: Sequence[Any] | None = None,
         chief_only_hooks: Sequence[Any] | None = None, save_checkpoint_secs=USE_DEFAULT,
         save_summaries_steps=USE_DEFAULT, save_summaries_secs=USE_DEFAULT, config=None,
-        stop_grace_period_secs: float = 120, log_step_count_steps: int = 100,
+        stop_grace_period_secs: float = 120, log_step_count_steps: int | None = 100,
         max_wait_secs: float = 7200, save_checkpoint_steps=USE_DEFAULT,
         summary_dir: str | None = None, save_graph_def: bool = True, *,
         stall_timeout_secs: float | None = DEFAULT_STALL_TIMEOUT_SECS,
