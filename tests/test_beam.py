@@ -112,6 +112,39 @@ def test_sigterm_mid_job_leaves_no_dataset_no_staging_no_worker(tmp_path):
     assert os.listdir(out) == []
 
 
+def test_sigterm_while_the_workers_start_ends_the_command_and_them(tmp_path):
+    """SIGTERM as soon as Beam's first worker process exists (still starting, not yet
+    connected): the command ends (143) with every worker, where Beam's own clean-up waited
+    forever for a worker that never connects (6 runs in 8 hung)."""
+    job = os.path.join(os.path.dirname(os.path.abspath(__file__)), "beam_blocked_job.py")
+    proc = subprocess.Popen([sys.executable, job, str(tmp_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_signals,
+                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        deadline = time.monotonic() + 90
+        while not any("sdk_worker_main" in _command_line(p) for p in descendants(proc.pid)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.002)
+        workers = descendants(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        for pid in descendants(proc.pid):
+            os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 143, err[-2000:]
+    assert gone(workers), "a Beam worker outlived the command"
+
+
+def _command_line(pid):
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def _dataset(output, shards):
     """(records as a multiset, labels text, manifest without per-shard counts)."""
     names = ([output] if shards == 1 else

@@ -10,6 +10,7 @@ import contextlib
 import logging
 
 from queuekit.errors import DatasetError, ImageDecodeError, MissingDependencyError
+from queuekit.records.guard import workers_end_first
 
 INSTALL = "pip install 'queuekit[beam]'"
 LOCAL_RUNNERS = ("beam", "DirectRunner")
@@ -118,8 +119,9 @@ def run_job(pipeline, strict: bool) -> dict[str, int]:
     from queuekit.records.beam_fn import NAMESPACE
 
     try:
-        result = pipeline.run()
-        state = result.wait_until_finish()
+        with workers_end_first("apache_beam"):  # a signal must not wait for a busy worker
+            result = pipeline.run()
+            state = result.wait_until_finish()
     except Exception as e:
         skipped = skipped_image(e) if strict else None
         if skipped:

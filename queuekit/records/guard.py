@@ -111,3 +111,91 @@ def _noting(noted: list[int]):
         noted.append(signum)
     note._queuekit_defers = True  # type: ignore[attr-defined]
     return note
+
+
+@contextlib.contextmanager
+def workers_end_first(marker: str) -> Iterator[None]:
+    """While the block runs, a signal that ends the program (SIGINT, SIGTERM, SIGHUP with a
+    Python handler) first kills the descendant processes started meanwhile whose command
+    line contains ``marker``, and keeps killing any started later until the block ends;
+    then that handler runs.
+
+    For Beam's worker processes: the job's own clean-up (in Beam's ``finally``) waits for
+    each worker to exit, and a worker that was still starting when the signal came never
+    does (it waits for a runner that is gone): the command hung after SIGTERM. A worker
+    may also start while the job unwinds, hence the thread. Ignored and default
+    dispositions are left alone, as is a handler that defers the signal
+    (:func:`signals_deferred`); only in the main thread.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = set(descendants(os.getpid()))
+    done = threading.Event()
+    reaper = threading.Thread(target=_reap, args=(marker, before, done), daemon=True,
+                              name="queuekit-worker-reaper")
+    previous = {}
+
+    def kill_then_handle(signum, frame):
+        _kill(marker, before)
+        if not reaper.is_alive() and not done.is_set():
+            reaper.start()
+        return previous[signum](signum, frame)
+
+    for signum in _ENDING:
+        handler = signal.getsignal(signum)
+        if callable(handler) and not getattr(handler, "_queuekit_defers", False):
+            previous[signum] = handler
+            signal.signal(signum, kill_then_handle)
+    try:
+        yield
+    finally:
+        done.set()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if reaper.is_alive():
+            reaper.join()
+
+
+def _reap(marker: str, before: set[int], done: threading.Event) -> None:
+    while not done.wait(0.05):
+        _kill(marker, before)
+
+
+def _kill(marker: str, before: set[int]) -> None:
+    for pid in descendants(os.getpid()):
+        if pid not in before and marker in _command_line(pid):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def descendants(pid: int) -> list[int]:
+    """The live descendants of ``pid``, from ``/proc`` (none where there is no ``/proc``)."""
+    parents: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    # pid (comm) state ppid ...: comm may hold spaces and parentheses
+                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            parents.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _command_line(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
