@@ -18,6 +18,7 @@ import signal
 import stat
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 from queuekit.errors import OutputBusyError
 
@@ -134,7 +135,7 @@ def workers_end_first(marker: str) -> Iterator[None]:
     done = threading.Event()
     reaper = threading.Thread(target=_reap, args=(marker, before, done), daemon=True,
                               name="queuekit-worker-reaper")
-    previous = {}
+    previous: dict[int, Any] = {}
 
     def kill_then_handle(signum, frame):
         _kill(marker, before)
