@@ -58,6 +58,7 @@ if TYPE_CHECKING:  # type checkers see the real names; at run time _WHERE loads 
     from queuekit.records.writer import WriteReport, write_tfrecords
     from queuekit.session.monitored import monitored_training_session
     from queuekit.session.preemption import PreemptionCheckpointHook
+    from queuekit.session.profile import InputReport, InputReportHook
     from queuekit.session.queue_session import QueueSession
     from queuekit.session.runners import QueueStat
 
@@ -80,6 +81,8 @@ _WHERE = {
     "QueueStat": "queuekit.session.runners",
     "monitored_training_session": "queuekit.session.monitored",
     "PreemptionCheckpointHook": "queuekit.session.preemption",
+    "InputReport": "queuekit.session.profile",
+    "InputReportHook": "queuekit.session.profile",
     "tfrecord_batches": "queuekit.pipelines.builders",
     "image_folder_batches": "queuekit.pipelines.builders",
     "fixed_length_batches": "queuekit.pipelines.binary",
@@ -129,7 +132,7 @@ _WHERE = {
 
 __all__ = [
     "__version__", "QueueSession", "monitored_training_session", "QueueStat",
-    "PreemptionCheckpointHook",
+    "PreemptionCheckpointHook", "InputReportHook",
     "tfrecord_batches", "image_folder_batches", "fixed_length_batches", "pad_last_batch",
     "RecordSchema", "SCHEMAS", "FixedLengthLayout",
     "QueuekitError", "EndOfData", "PipelineStalled", "ShutdownTimeout", "DatasetError",

@@ -15,7 +15,8 @@ def small_file(tmp_path):
 
 
 def test_step_ms_makes_the_consumer_the_slow_side(tmp_path):
-    """A 50 ms simulated step caps batches/s at 20 and leaves the batch queue nearly full."""
+    """A 50 ms simulated step caps batches/s at 20 and leaves the batch queue nearly full;
+    the session's input profile agrees: the steps hardly wait for their batches."""
     # 256x256x3 records: the default queue holds about 340 of them, filled in a fraction
     # of the first second.
     path = write_image_records(tmp_path / "big.tfrecords", range(64), shape=(256, 256, 3))
@@ -25,6 +26,8 @@ def test_step_ms_makes_the_consumer_the_slow_side(tmp_path):
     assert row.error is None
     assert 0 < row.batches_per_s <= 20
     assert row.queue_fill > 0.8  # near 1: consumer-bound, as the docs say
+    assert row.input_wait < 0.1
+    assert " wait " in report.table().splitlines()[0]
 
 
 def test_ctrl_c_returns_the_rows_finished_so_far(small_file):

@@ -157,12 +157,13 @@ _BUILD = {"queuekit": _queuekit, "hand-written": _queuekit, "tf.data": _tfdata,
 
 @contextlib.contextmanager
 def _session(kind, graph):
-    """(run, queue_stats, tuning) of a QueueSession, or of the hand-written choreography."""
+    """(run, queue_stats, tuning, input_report) of a QueueSession, or of the hand-written
+    choreography."""
     from queuekit.session.queue_session import QueueSession
 
     if kind != "hand-written":
         with QueueSession(graph, stall_timeout_secs=120) as qs:
-            yield qs.run, qs.queue_stats, qs.tuning
+            yield qs.run, qs.queue_stats, qs.tuning, qs.input_report
         return
     v1 = _tf().compat.v1
     with graph.as_default(), v1.Session(graph=graph) as sess:
@@ -170,7 +171,7 @@ def _session(kind, graph):
         coord = v1.train.Coordinator()
         threads = v1.train.start_queue_runners(sess=sess, coord=coord)
         try:
-            yield sess.run, list, dict
+            yield sess.run, list, dict, list
         finally:
             coord.request_stop()
             coord.join(threads)
@@ -191,7 +192,7 @@ def _measure(spec) -> BenchRow:
         row.read_many = _records_per_read(graph)
     rates, fills, cpu = [], [], []
     step = spec["step_ms"] / 1000.0
-    with _session(spec["kind"], graph) as (run, queue_stats, tuning):
+    with _session(spec["kind"], graph) as (run, queue_stats, tuning, input_report):
         for _ in range(spec["warmup_batches"]):
             run(fetch)
         for _ in range(spec["repeat"]):
@@ -210,6 +211,9 @@ def _measure(spec) -> BenchRow:
             rates.append(n / wall)
             cpu.append(100 * (time.process_time() - c0) / wall)
             row.batches_per_s = batches / wall
+        reports = input_report()  # the warm-up too: a small part of the time
+        if reports:
+            row.input_wait = reports[-1].wait_fraction
         for state in tuning().values():
             row.tuned = state.active
             row.tuning = [[d.at, d.from_count, d.to_count, round(d.rate), d.reason]

@@ -19,6 +19,7 @@ class BenchRow:
     mb_per_s: float | None = None
     batches_per_s: float | None = None
     queue_fill: float | None = None
+    input_wait: float | None = None  # the share of step time spent waiting for the batch
     cpu_percent: float | None = None
     peak_rss_mb: float | None = None
     runs: list[float] = dataclasses.field(default_factory=list)
@@ -77,7 +78,7 @@ class BenchReport:
         return "\n".join(lines)
 
     def table(self) -> str:
-        head = ["configuration", "rec/s", "MB/s", "batch/s", "fill", "cpu%", "rss MB"]
+        head = ["configuration", "rec/s", "MB/s", "batch/s", "fill", "wait", "cpu%", "rss MB"]
         lines = []
         best = self.best
         for r in self.rows:
@@ -85,7 +86,8 @@ class BenchReport:
                 cells = [r.label, f"failed: {r.error}"]
             else:
                 cells = [r.label, _f(r.records_per_s, 0), _f(r.mb_per_s, 1),
-                         _f(r.batches_per_s, 1), _f(r.queue_fill, 2), _f(r.cpu_percent, 0),
+                         _f(r.batches_per_s, 1), _f(r.queue_fill, 2), _f(r.input_wait, 2),
+                         _f(r.cpu_percent, 0),
                          _f(r.peak_rss_mb, 0)]
             lines.append(("* " if r is best else "  ", cells))
         widths = [max(len(c[i]) if i < len(c) else 0 for _, c in lines + [("", head)])

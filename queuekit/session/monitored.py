@@ -16,6 +16,7 @@ from typing import Any
 import tensorflow as tf
 
 from queuekit.session.preemption import PreemptionCheckpointHook
+from queuekit.session.profile import InputReportHook
 from queuekit.session.queue_session import DEFAULT_STALL_TIMEOUT_SECS, QueueSession
 from queuekit.session.start import session_config
 
@@ -76,7 +77,8 @@ def monitored_training_session(
         summary_dir: str | None = None, save_graph_def: bool = True, *,
         stall_timeout_secs: float | None = DEFAULT_STALL_TIMEOUT_SECS,
         recovery_wait_secs: float = WORKER_RECOVERY_WAIT_SECS,
-        save_on_preemption: bool = False) -> QueueSession:
+        save_on_preemption: bool = False,
+        report_input_secs: float | None = None) -> QueueSession:
     """A started :class:`~queuekit.QueueSession` set up as ``MonitoredTrainingSession`` would.
 
     Migrating is one line: ``tf.compat.v1.train.MonitoredTrainingSession(``
@@ -94,6 +96,10 @@ def monitored_training_session(
         save_on_preemption: on SIGTERM the chief finishes its step, writes a
             checkpoint into ``checkpoint_dir`` (with the input position) and
             exits with 143 (:class:`~queuekit.PreemptionCheckpointHook`).
+        report_input_secs: every so many seconds the chief logs where the time goes (one
+            line per pipeline: the share of step time spent waiting for input...) and
+            writes the figures as scalars into the summary directory
+            (:class:`~queuekit.InputReportHook`).
 
     ``stop_grace_period_secs`` is the :class:`~queuekit.QueueSession`'s
     ``stop_grace_secs``: queuekit closes the queues first, so threads normally
@@ -115,6 +121,9 @@ def monitored_training_session(
         creator = _v1.train.ChiefSessionCreator(
             scaffold=scaffold, checkpoint_dir=checkpoint_dir, master=master, config=config)
         all_hooks.extend(chief_only_hooks or [])
+        if report_input_secs:
+            all_hooks.append(InputReportHook(every_n_secs=report_input_secs,
+                                             output_dir=summary_dir or checkpoint_dir))
         if save_on_preemption and checkpoint_dir:
             all_hooks.append(PreemptionCheckpointHook(checkpoint_dir, scaffold=scaffold))
         all_hooks.extend(_chief_hooks(scaffold, checkpoint_dir, summary_dir or checkpoint_dir,

@@ -25,6 +25,7 @@ from queuekit.session.position import (
     checkpoint_run,
     warn_unresumable,
 )
+from queuekit.session.profile import InputReport
 from queuekit.session.queue_ops import queue_ops
 from queuekit.session.reads import ReadsCache
 from queuekit.session.runners import QueueStat
@@ -215,6 +216,11 @@ class QueueSession(SessionInterface):
         """Name, current size, capacity and closed state of every queue that has a runner."""
         return self._running.runners.stats() if self._running else []
 
+    def input_report(self) -> list[InputReport]:
+        """Where the loop's time went since the session started, per pipeline (the queue its
+        steps take batches from): ``str()`` of each is a one-line verdict."""
+        return self._running.profile.reports() if self._running else []
+
     def tuning(self) -> dict[str, Tuning]:
         """Per ``"auto"`` queue: active thread count, maximum and the tuner's decisions."""
         return self._running.tuning() if self._running else {}
@@ -279,7 +285,11 @@ class QueueSession(SessionInterface):
 
     def _step(self, fetches, feed_dict, options, run_metadata):
         reads = self._reads(fetches)
+        profile = self._running.profile  # type: ignore[union-attr]  # started by the caller
+        options, run_metadata, traced = profile.before(reads, options, run_metadata)
         out = self._policy_run(fetches, feed_dict, options, run_metadata, reads)
+        if traced:
+            profile.after(run_metadata)
         if self._positions is not None:
             self._positions.ran()
         return out

@@ -24,6 +24,7 @@ from queuekit.graph_keys import GraphKeys, graph_objects
 from queuekit.session.diagnose import empty_files
 from queuekit.session.interrupt import ROUTER, SessionSignals
 from queuekit.session.policy import RunPolicy, RunState
+from queuekit.session.profile import InputProfile
 from queuekit.session.queue_ops import queue_ops, sync_tokens
 from queuekit.session.reads import ReadsCache, queue_op, queues_read
 from queuekit.session.runners import RunnerSet
@@ -52,6 +53,7 @@ class SessionThreads:
                                  enqueue_for=enqueue_for)
         self.signals = SessionSignals(self.state, self.wake, grace)
         self.policy = RunPolicy(self.state, self.coord, self.runners, self.signals)
+        self.profile = InputProfile(graph, self.runners.fill, self.coord)
         self._routed = False
         self._watch = None
         if stall_timeout is not None:

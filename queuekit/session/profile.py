@@ -1,0 +1,308 @@
+"""Where a loop's time goes: how long its steps wait for their input.
+
+For each queue a runner fills and a step takes from (a pipeline's batch
+queue), :class:`InputProfile` counts the steps and the time between their
+starts (a loop's iteration, the program's Python included) and, in one run
+every :data:`SAMPLE_SECS`, asks TensorFlow for the run's step statistics
+(``RunOptions.SOFTWARE_TRACE``, what TF's ``ProfilerHook`` and the profiler
+read): the dequeue op's end, counted from the run's first op, is how long that
+step waited for its batch. Nothing is added to the graph and no other run is
+traced, so the cost is a few microseconds of Python per run.
+
+:class:`InputReport` turns the counts into figures and a one-line verdict;
+:class:`InputReportHook` logs it every N seconds or steps and writes the
+figures as TensorBoard scalars.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import weakref
+from collections.abc import Callable
+
+import tensorflow as tf
+
+from queuekit.graph_keys import GraphKeys
+from queuekit.session.reads import DEQUEUE_OPS, queue_op
+
+log = logging.getLogger("queuekit")
+_v1 = tf.compat.v1
+
+SAMPLE_SECS = 0.2  # one traced run at most this often, per session
+INPUT_BOUND = 0.5  # a step waiting this fraction of its time or more is input-bound
+PARTLY = 0.1  # ... at least this fraction: partly
+
+# The started sessions' profiles, by their Coordinator (what a hook is given with the session).
+_PROFILES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def profile_of(coord) -> InputProfile | None:
+    """The profile of the queuekit session whose Coordinator is ``coord`` (None for another
+    session, e.g. TensorFlow's own ``MonitoredSession``)."""
+    return _PROFILES.get(coord)
+
+
+@dataclasses.dataclass
+class _Counts:
+    """What the profile counted for one queue (a difference of two is a window)."""
+
+    steps: int = 0  # runs that took from the queue
+    seconds: float = 0.0  # from each such run's start to the next one's
+    intervals: int = 0  # ... how many of those
+    samples: int = 0  # traced runs
+    waited: float = 0.0  # seconds the traced runs waited in the dequeue
+    records: int = 0  # records the traced runs took
+    filled: float = 0.0  # sum of the queue's fill at the samples that read it
+    fills: int = 0
+
+    def __sub__(self, other: _Counts) -> _Counts:
+        return _Counts(*(a - b for a, b in zip(dataclasses.astuple(self),
+                                               dataclasses.astuple(other), strict=True)))
+
+
+@dataclasses.dataclass(frozen=True)
+class InputReport:
+    """Where one pipeline's steps spent their time, over a window of the loop.
+
+    Attributes:
+        queue: the queue the steps take their batches from.
+        steps: steps counted; ``seconds``: the time they covered, start to start, in
+            ``intervals`` (one fewer than the steps in the first window).
+        wait_fraction: the share of a step's time spent waiting for its batch
+            (from sampled runs; None before a sample).
+        fill: the queue's mean fill at the samples, 0 to 1 (None if unknown).
+        records_per_step: records a sampled step took (its batch size).
+        tuned: the queue's readers are ``num_readers="auto"``.
+    """
+
+    queue: str
+    steps: int
+    seconds: float
+    intervals: int
+    wait_fraction: float | None
+    fill: float | None
+    records_per_step: float | None
+    tuned: bool
+
+    @property
+    def records_per_sec(self) -> float | None:
+        """Records the steps took per second: what the readers delivered to them."""
+        if not self.records_per_step or self.seconds <= 0:
+            return None
+        return self.records_per_step * self.intervals / self.seconds
+
+    @property
+    def step_capacity(self) -> float | None:
+        """Records per second the steps would take if every batch were ready."""
+        rate = self.records_per_sec
+        if rate is None or self.wait_fraction is None or self.wait_fraction >= 1:
+            return None
+        return rate / (1 - self.wait_fraction)
+
+    @property
+    def bound(self) -> str:
+        """"input-bound", "partly input-bound", "step-bound" or "unknown"."""
+        if self.wait_fraction is None:
+            return "unknown"
+        if self.wait_fraction >= INPUT_BOUND:
+            return "input-bound"
+        return "partly input-bound" if self.wait_fraction >= PARTLY else "step-bound"
+
+    def scalars(self) -> dict[str, float]:
+        """The figures as TensorBoard scalars, ``input/<queue>/<figure>``."""
+        figures = {"wait_fraction": self.wait_fraction, "queue_fill": self.fill,
+                   "records_per_sec": self.records_per_sec,
+                   "step_capacity_records_per_sec": self.step_capacity}
+        return {f"input/{self.queue}/{k}": float(v) for k, v in figures.items() if v is not None}
+
+    def __str__(self) -> str:
+        if self.wait_fraction is None:
+            return f"{self.queue}: no step sampled yet ({self.steps} steps)"
+        fill = "" if self.fill is None else f", queue {self.fill:.0%} full"
+        head = (f"{self.queue}: {self.bound}: steps waited for input {self.wait_fraction:.0%} "
+                f"of their time{fill}")
+        rate, capacity = self.records_per_sec, self.step_capacity
+        if rate is None:
+            return head
+        if self.bound == "step-bound":
+            return f"{head}; the steps take {rate:,.0f} rec/s and the readers keep up"
+        rates = f"; the readers deliver {rate:,.0f} rec/s" + (
+            "" if capacity is None else f", the steps could take {capacity:,.0f}")
+        advice = ("; the readers are tuned ('auto'): try read_many, or records cheaper to "
+                  "decode" if self.tuned else "; try num_readers='auto' or more reader threads")
+        return head + rates + advice
+
+
+class InputProfile:
+    """The counts of one session's runs, per queue its steps take from."""
+
+    def __init__(self, graph: tf.Graph, fill: Callable[[str], float | None], coord,
+                 sample_secs: float | None = None):
+        self._graph = graph
+        self._fill = fill
+        self._sample_secs = SAMPLE_SECS if sample_secs is None else sample_secs
+        self._counts: dict[str, _Counts] = {}
+        self._last_start: dict[str, float] = {}
+        self._dequeues: dict[str, tuple[str, int]] = {}  # dequeue op -> (queue, n)
+        self._fed: set[str] = set()  # the queues runners fill
+        self._tuned: set[str] = set()
+        self._next_sample = 0.0
+        self._runners_seen = -1
+        _PROFILES[coord] = self
+
+    def before(self, reads, options, run_metadata):
+        """Count a run about to start; ``(options, run_metadata)`` for it (traced when a
+        sample is due)."""
+        now = time.perf_counter()
+        counted = False
+        for queue in reads:
+            if queue not in self._fed and (not self._refresh() or queue not in self._fed):
+                continue
+            counts = self._counts.get(queue)
+            if counts is None:
+                counts = self._counts[queue] = _Counts()
+            counts.steps += 1
+            last = self._last_start.get(queue)
+            if last is not None:
+                counts.seconds += now - last
+                counts.intervals += 1
+            self._last_start[queue] = now
+            counted = True
+        if not counted or now < self._next_sample:
+            return options, run_metadata, False
+        self._next_sample = now + self._sample_secs
+        traced = _v1.RunOptions()
+        if options is not None:
+            traced.CopyFrom(options)
+        traced.trace_level = max(traced.trace_level, _v1.RunOptions.SOFTWARE_TRACE)
+        return traced, run_metadata if run_metadata is not None else _v1.RunMetadata(), True
+
+    def after(self, run_metadata) -> None:
+        """Read a traced run's step statistics: each dequeue's wait, and the queue's fill."""
+        nodes = [n for d in run_metadata.step_stats.dev_stats for n in d.node_stats]
+        if not nodes:
+            return
+        start = min(n.all_start_micros for n in nodes)
+        for node in nodes:
+            found = self._dequeues.get(node.node_name)
+            if found is None:
+                continue
+            queue, n = found
+            counts = self._counts.get(queue)
+            if counts is None:
+                continue
+            counts.samples += 1
+            counts.waited += (node.all_start_micros + node.all_end_rel_micros - start) / 1e6
+            counts.records += _rows(node, n)
+            fill = self._fill(queue)
+            if fill is not None:
+                counts.filled += fill
+                counts.fills += 1
+
+    def counts(self) -> dict[str, _Counts]:
+        """A copy of the counts so far, per queue."""
+        return {q: dataclasses.replace(c) for q, c in self._counts.items()}
+
+    def reports(self, since: dict[str, _Counts] | None = None) -> list[InputReport]:
+        """One :class:`InputReport` per queue the steps took from, since the session started
+        or, with ``since`` (an earlier :meth:`counts`), since then."""
+        reports = []
+        for queue, counts in sorted(self._counts.items()):
+            c = counts - since[queue] if since and queue in since else counts
+            wait = None
+            if c.samples and c.intervals and c.seconds > 0:
+                wait = min(1.0, (c.waited / c.samples) / (c.seconds / c.intervals))
+            reports.append(InputReport(
+                queue=queue, steps=c.steps, seconds=c.seconds, intervals=c.intervals,
+                wait_fraction=wait,
+                fill=c.filled / c.fills if c.fills else None,
+                records_per_step=c.records / c.samples if c.samples else None,
+                tuned=queue in self._tuned))
+        return reports
+
+    def _refresh(self) -> bool:
+        """Learn the graph's runner queues and their dequeue ops (again after new runners);
+        False if nothing changed."""
+        runners = self._graph.get_collection(_v1.GraphKeys.QUEUE_RUNNERS)
+        if len(runners) == self._runners_seen:
+            return False
+        self._runners_seen = len(runners)
+        self._fed = {qr.queue.queue_ref.op.name for qr in runners}
+        self._tuned = {n.decode() if isinstance(n, bytes) else n
+                       for n in self._graph.get_collection(GraphKeys.AUTOTUNE)}
+        for op in self._graph.get_operations():
+            if op.type in DEQUEUE_OPS:
+                queue = queue_op(op.inputs[0]).name
+                if queue in self._fed:
+                    n = tf.get_static_value(op.inputs[1]) if len(op.inputs) > 1 else 1
+                    self._dequeues[op.name] = (queue, int(n) if n is not None else 0)
+        return True
+
+
+def _rows(node, n: int) -> int:
+    """The records a dequeue took: its first output's first dimension, else its ``n``."""
+    try:
+        dims = node.output[0].tensor_description.shape.dim
+        if n and dims and dims[0].size >= 0:
+            return int(dims[0].size)
+    except (IndexError, AttributeError):
+        pass
+    return n
+
+
+class InputReportHook(tf.compat.v1.train.SessionRunHook):
+    """Logs where the time goes every ``every_n_secs`` or ``every_n_steps`` (one line per
+    pipeline, over the window since the last) and writes the figures as TensorBoard
+    scalars into ``output_dir`` (or ``summary_writer``), at the global step.
+
+    Works on a :class:`~queuekit.QueueSession` (and so under
+    :func:`~queuekit.monitored_training_session`, ``report_input_secs=``); on
+    another session it warns once and does nothing.
+    """
+
+    def __init__(self, every_n_secs: float | None = 60, every_n_steps: int | None = None,
+                 output_dir: str | None = None, summary_writer=None):
+        if every_n_steps is not None:
+            every_n_secs = None
+        self._timer = _v1.train.SecondOrStepTimer(every_secs=every_n_secs,
+                                                  every_steps=every_n_steps)
+        self._output_dir = output_dir
+        self._writer = summary_writer
+        self._profile: InputProfile | None = None
+        self._since: dict[str, _Counts] = {}
+        self._steps = 0
+        self.last: list[InputReport] = []  # the reports of the last window
+
+    def begin(self):
+        self._global_step = _v1.train.get_global_step()
+        if self._writer is None and self._output_dir:
+            self._writer = _v1.summary.FileWriterCache.get(self._output_dir)
+
+    def after_create_session(self, session, coord):
+        self._profile = profile_of(coord)
+        if self._profile is None:
+            log.warning("InputReportHook: not a queuekit session; it reports nothing")
+        self._timer.update_last_triggered_step(0)
+
+    def after_run(self, run_context, run_values):
+        self._steps += 1
+        if self._profile is None or not self._timer.should_trigger_for_step(self._steps):
+            return
+        self._timer.update_last_triggered_step(self._steps)
+        self.last = self._profile.reports(self._since)
+        self._since = self._profile.counts()
+        for report in self.last:
+            log.info("%s", report)
+        if self._writer is not None and self.last:
+            step = (run_context.session.run(self._global_step)
+                    if self._global_step is not None else self._steps)
+            summary = _v1.Summary(value=[_v1.Summary.Value(tag=tag, simple_value=value)
+                                         for r in self.last
+                                         for tag, value in r.scalars().items()])
+            self._writer.add_summary(summary, step)
+
+    def end(self, session):
+        if self._writer is not None:
+            self._writer.flush()

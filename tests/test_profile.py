@@ -1,0 +1,149 @@
+"""Where the time goes: the input profile's figures and verdict on real sessions built to be
+input-bound or step-bound (by the work on each side, never by a clock threshold)."""
+
+import logging
+import os
+import time
+
+import pytest
+import tensorflow as tf
+
+import queuekit as qk
+from queuekit.session import profile
+from tests.helpers import v1
+
+BATCH = 4
+
+
+@pytest.fixture(autouse=True)
+def every_run_traced(monkeypatch):
+    """Every run sampled, so a short loop's figures rest on all of its steps."""
+    monkeypatch.setattr(profile, "SAMPLE_SECS", 0.0)
+
+
+def _heavy(x, n=4):
+    """Milliseconds of work that depends on ``x``: chained 400x400 matmuls."""
+    m = tf.random.normal([400, 400]) + tf.cast(tf.reduce_sum(x), tf.float32) * 0
+    for _ in range(n):
+        m = tf.matmul(m, m) / 400
+    return tf.reduce_sum(m)
+
+
+def _pipeline(*, slow_input: bool):
+    """A runner's queue and a batch step: the element costs the work when ``slow_input``,
+    else the step does (after a dequeue of BATCH)."""
+    element = _heavy(tf.constant(1.0)) if slow_input else tf.constant(1.0)
+    q = tf.queue.FIFOQueue(100, tf.float32, shapes=[[]], name="input")
+    v1.train.add_queue_runner(v1.train.QueueRunner(q, [q.enqueue(element)]))
+    batch = q.dequeue_many(BATCH)
+    return tf.reduce_sum(batch) if slow_input else _heavy(batch)
+
+
+@pytest.mark.parametrize("slow_input", [True, False])
+def test_the_verdict_follows_the_side_that_does_the_work(slow_input):
+    """Input made by a slow producer: input-bound, the queue near empty, the steps could
+    take more than the readers deliver. Work in the step: step-bound, the queue full."""
+    steps = 40
+    with qk.QueueSession() as qs:
+        step = _pipeline(slow_input=slow_input)
+        started = time.perf_counter()
+        for _ in range(steps):
+            qs.run(step)
+        elapsed = time.perf_counter() - started
+        qs.run(tf.constant(0))  # takes no batch
+        (report,) = qs.input_report()
+    assert report.queue == "input"
+    assert report.steps == steps  # the last run took no batch: not counted
+    assert 0 < report.seconds <= elapsed  # start to start: one interval fewer than steps
+    assert report.records_per_step == BATCH
+    assert report.intervals == steps - 1
+    assert report.records_per_sec == pytest.approx(BATCH * (steps - 1) / report.seconds)
+    assert report.step_capacity >= report.records_per_sec
+    if slow_input:
+        assert report.bound == "input-bound" and report.wait_fraction > 0.5, report
+        assert report.fill < 0.5
+        assert "input-bound" in str(report) and "num_readers='auto'" in str(report)
+    else:
+        assert report.bound == "step-bound" and report.wait_fraction < 0.1, report
+        assert report.fill > 0.5
+        assert "step-bound" in str(report) and "keep up" in str(report)
+
+
+def test_a_builders_auto_readers_are_named_in_the_advice(tmp_path):
+    """A tfrecord_batches pipeline with num_readers="auto": its report says the readers are
+    tuned, and counts records of every batch, the smaller last one too."""
+    from tests.helpers import write_id_records
+
+    path = write_id_records(tmp_path / "ids.tfrecords", 50)
+    with qk.QueueSession() as qs:
+        batch = qk.tfrecord_batches(path, batch_size=8, num_epochs=1, num_readers="auto",
+                                    parse_fn=lambda r: tf.io.parse_single_example(
+                                        r, {"id": tf.io.FixedLenFeature([], tf.int64)}),
+                                    allow_smaller_final_batch=True)
+        sizes = [len(b["id"]) for b in qs.iterate(batch)]
+        (report,) = qs.input_report()
+    assert sizes[-1] == 2 and report.tuned
+    assert report.steps == len(sizes) + 1  # the run that met the end of the input too
+    assert report.records_per_step == pytest.approx(50 / len(sizes), rel=0.3)
+    if report.bound != "step-bound":
+        assert "tuned ('auto')" in str(report)
+
+
+def test_the_hook_logs_each_window_and_writes_scalars(tmp_path, caplog):
+    """InputReportHook(every_n_steps=5): a line per window in the log, the figures as
+    scalars at the global step; the window's reports in `.last`."""
+    hook = qk.InputReportHook(every_n_steps=5, output_dir=str(tmp_path))
+    with caplog.at_level(logging.INFO, logger="queuekit"):
+        with tf.Graph().as_default():
+            step = _pipeline(slow_input=True)
+            global_step = v1.train.get_or_create_global_step()
+            train = tf.group(step, global_step.assign_add(1))
+            with qk.QueueSession(hooks=[hook]) as qs:
+                for _ in range(10):
+                    qs.run(train)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("input:")]
+    assert len(lines) == 2 and all("input-bound" in line for line in lines)
+    assert hook.last[0].steps == 5  # the second window alone
+    tags = {}
+    for name in os.listdir(tmp_path):
+        for event in v1.train.summary_iterator(os.path.join(tmp_path, name)):
+            for v in event.summary.value:
+                tags.setdefault(v.tag, []).append(event.step)
+    assert tags["input/input/wait_fraction"] == [5, 10]
+    assert "input/input/records_per_sec" in tags and "input/input/queue_fill" in tags
+
+
+def test_monitored_training_session_writes_the_figures_into_its_summary_dir(tmp_path):
+    """report_input_secs: the chief's figures land beside its other summaries."""
+    with tf.Graph().as_default():
+        step = _pipeline(slow_input=True)
+        train = tf.group(step, v1.train.get_or_create_global_step().assign_add(1))
+        with qk.monitored_training_session(checkpoint_dir=str(tmp_path), report_input_secs=1e-9,
+                                           save_checkpoint_secs=None) as sess:
+            for _ in range(3):
+                sess.run(train)
+    tags = {v.tag for name in os.listdir(tmp_path) if name.startswith("events.")
+            for e in v1.train.summary_iterator(os.path.join(tmp_path, name))
+            for v in e.summary.value}
+    assert "input/input/wait_fraction" in tags
+
+
+def test_the_hook_on_tensorflows_own_session_warns_and_does_nothing(caplog):
+    """Under TF's MonitoredSession there is no profile: one warning, no error."""
+    with tf.Graph().as_default():
+        step = _pipeline(slow_input=False)
+        with caplog.at_level(logging.WARNING, logger="queuekit"):
+            with v1.train.MonitoredSession(hooks=[qk.InputReportHook(every_n_steps=1)]) as sess:
+                sess.run(step)
+    assert any("not a queuekit session" in r.getMessage() for r in caplog.records)
+
+
+def test_a_program_s_own_trace_request_is_kept():
+    """A run the program traces itself keeps its options and gets its step statistics."""
+    with qk.QueueSession() as qs:
+        step = _pipeline(slow_input=False)
+        metadata = v1.RunMetadata()
+        qs.run(step, options=v1.RunOptions(trace_level=v1.RunOptions.FULL_TRACE),
+               run_metadata=metadata)
+        assert metadata.step_stats.dev_stats
+        assert qs.input_report()[0].steps == 1
