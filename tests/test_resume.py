@@ -365,31 +365,6 @@ def test_checkpoints_hold_no_skip_table_and_old_positions_go_with_their_checkpoi
     assert not [k for k in reader.get_variable_to_shape_map() if "skip" in k]
 
 
-def test_batches_taken_outside_the_session_faster_than_it_drains_are_reported(
-        tmp_path, files, monkeypatch, caplog):
-    """The ring of consumed keys holds 64 batches here: 2 taken through the session and 70
-    on the raw session (which never drains) leave 8 not noted, said in a warning at the
-    next drain; the 64 noted are in the checkpoint's position."""
-    from queuekit.pipelines import position as pipeline_position
-
-    monkeypatch.setattr(pipeline_position, "RING_KEYS", 64 * 5)  # 64 rows of batch_size 5
-    files = [write_id_records(tmp_path / "many.tfrecords", 400)]
-    prefix = str(tmp_path / "ck" / "model")
-    with qk.QueueSession() as qs:
-        batch = _ids_batch(files)
-        saver = v1.train.Saver()
-        ids = _consume(qs, batch, 2)
-        for _ in range(70):
-            qs.session.run(batch)  # a raw run: noted in the graph, never drained by it
-        with caplog.at_level(logging.WARNING, logger="queuekit"):
-            saver.save(qs, prefix)
-    assert len(ids) == 10
-    assert any("8 batches were taken by runs outside the session" in r.getMessage()
-               for r in caplog.records)
-    (pipeline,) = json.loads(open(prefix + ".queuekit-input").read())["pipelines"]
-    assert sum(v * n for runs in pipeline["counts"] for v, n in runs) == 64 * 5
-
-
 def test_every_step_is_counted_across_drains_and_a_plain_session_counts_nothing(
         tmp_path, files):
     """What the steps consumed is noted in the graph and drained now and then: nothing is
@@ -423,7 +398,7 @@ def test_every_step_is_counted_across_drains_and_a_plain_session_counts_nothing(
             threads = v1.train.start_queue_runners(sess, coord)
             for _ in range(3):
                 sess.run(batch)
-            assert sess.run(pos.drain)[0].size == 0  # nothing noted
+            assert sess.run(pos.consumed.size()) == 0  # nothing noted
             coord.request_stop()
             coord.join(threads, stop_grace_period_secs=10)
 

@@ -277,7 +277,7 @@ def file_batches(files, read, opts: Batching, *, read_many: int, name: str,
         if work is not None:
             work.consumed = batch.pop(FILE_KEY, None)  # None: acks when read
         if position is not None:
-            batch = take_consumed(position, batch, opts.batch_size)
+            batch = take_consumed(position, batch)
         return finish(batch, opts.normalize)
 
 

@@ -305,7 +305,7 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
                            allow_smaller=keeps_last_batch(allow_smaller_final_batch, num_epochs),
                            enqueue_many=False,
                            num_threads=num_threads)
-        batch = take_consumed(position, batch, batch_size)
+        batch = take_consumed(position, batch)
         if tuned:
             mark_tuned()
         return finish(batch, normalize)

@@ -21,13 +21,12 @@ pipeline (not a work queue's: its chief keeps books of its own) is built with
 - each record's reader key (``<file>:<byte offset>``, ``<file>:<record
   index>`` for fixed-length records, ``<file>:0`` for an image file) as a
   hidden batch component, taken out again by :func:`take_consumed`: every
-  run that takes a batch out of the batch queue writes its keys into a ring
-  of rows in the graph (consumption, and what a checkpoint saves), which the
-  session drains now and then. Fetching the keys into Python with every step
-  cost about 5% of workload (a) (the runner threads wait for the GIL);
-  counting them behind a ``Switch`` about 1.5%, into a queue beside the step
-  about 9% with ``read_many``, in a hash table of counts about 5%
-  (``docs/benchmarks.rst``).
+  run that takes a batch out of the batch queue counts its keys in a table in
+  the graph (consumption, and what a checkpoint saves), which the session
+  drains now and then. Fetching the keys into Python with every step cost
+  about 5% of workload (a) (the runner threads wait for the GIL); counting
+  them behind a ``Switch`` about 1.5%, into a queue beside the step about 9%
+  with ``read_many`` (``docs/benchmarks.rst``).
 
 The pipeline's :class:`InputPosition` is in
 ``graph_objects(graph, GraphKeys.INPUT_POSITIONS)``; ``queuekit.session.position``
@@ -49,7 +48,6 @@ from queuekit.graph_keys import GraphKeys, graph_objects
 _v1 = tf.compat.v1
 POSITION_KEY = "queuekit_position_key"  # a batch component, taken out of the user's dict
 _PRODUCER_CAPACITY = 32  # string_input_producer's
-RING_KEYS = 1 << 17  # keys the consumed ring holds (about 8 MB): its rows, times the batch
 
 
 @dataclasses.dataclass
@@ -80,11 +78,9 @@ class InputPosition:
     drop_files: Any = None  # op: the resumed epoch's producer leaves consumed_whole out
     # Per reader: ((keys, values) of its plain read, (keys, values) of its skipping read).
     reads: list = dataclasses.field(default_factory=list)
-    consumed: Any = None  # the ring of the keys of the batches runs took (a row per batch)
-    slots: int = 0  # its rows: the session drains it at least every slots // 2 runs
+    consumed: Any = None  # the table: reader key -> times a run took that record out
     tally: Any = None  # op: consumed counts from now on (a queuekit session tallies)
-    drain: Any = None  # (keys, lost): the keys written since the last drain, and the batches
-    # that found the ring full since then (not noted)
+    drain: Any = None  # (keys, counts) of the consumed table, which it empties
 
 
 def epoch_files(files, num_epochs: int | None, shuffle: bool, seed: int | None, *,
@@ -203,52 +199,32 @@ def _quiet_guard(position: InputPosition) -> None:
     executions[:] = [e for e in executions if e.handle is not position.guard._handle]
 
 
-def take_consumed(position: InputPosition, batch: dict, width: int) -> dict:
-    """The batch the user gets: the reader keys taken out, and every component made to note
+def take_consumed(position: InputPosition, batch: dict) -> dict:
+    """The batch the user gets: the reader keys taken out, and every component made to count
     them in ``position.consumed`` in the run that takes it (once a session ran
-    ``position.tally``: a session that never drains must not fill it).
-
-    ``consumed`` is a ring of ``position.slots`` rows of ``width`` keys (a batch's, padded
-    with ""): a run writes its batch's keys into the next row, inside the guard, and the
-    session drains the rows written since its last drain. No hashing and no look-up in the
-    step (a hash table of counts cost the step about 5% of workload (a)); a row that finds
-    the ring full is not written but counted in ``lost``, which the session reports.
-    """
+    ``position.tally``: a session that never drains the table must not grow it)."""
     keys = batch.pop(POSITION_KEY)
-    slots = position.slots = max(64, min(4096, RING_KEYS // max(1, width)))
     with tf.name_scope("consumed"):
-        local = dict(trainable=False, collections=[_v1.GraphKeys.LOCAL_VARIABLES],
-                     use_resource=True)
-        # One row more than the ring: where a run that notes nothing writes.
-        ring = position.consumed = _v1.Variable(tf.fill([slots + 1, width], ""),
-                                                name="ring", **local)
-        written = _v1.Variable(tf.constant(0, tf.int64), name="written", **local)
-        drained = _v1.Variable(tf.constant(0, tf.int64), name="drained", **local)
-        lost = _v1.Variable(tf.constant(0, tf.int64), name="lost", **local)
-        tallying = _v1.Variable(False, name="tallying", **local)
+        table = position.consumed = _scratch_table("consumed")
+        tallying = _v1.Variable(False, trainable=False, name="tallying",
+                                collections=[_v1.GraphKeys.LOCAL_VARIABLES], use_resource=True)
         position.tally = tallying.assign(True)
 
         def add():
-            on = tf.cast(tallying.read_value(), tf.int64)  # masked, not a cond
-            n = written.read_value()
-            room = on * tf.cast(n - drained.read_value() < slots, tf.int64)
-            slot = tf.where(room > 0, n % slots, tf.constant(slots, tf.int64))
-            row = tf.pad(keys, [[0, width - tf.size(keys)]], constant_values="")
-            put = ring.scatter_update(tf.IndexedSlices(row[None], slot[None]))
-            with tf.control_dependencies([put]):
-                return tf.group(written.assign_add(room), lost.assign_add(on - room))
+            unique, _, n = tf.unique_with_counts(keys)  # a record twice in one batch: 2
+            # Masked, not a cond: nothing at all is noted until a session tallies.
+            on = tf.fill(tf.shape(unique), tallying.read_value())
+            return table.insert(tf.boolean_mask(unique, on), tf.boolean_mask(
+                table.lookup(unique) + tf.cast(n, tf.int64), on))
 
         def drain():
-            n = written.read_value()
-            rows = tf.reshape(ring.sparse_read(tf.range(drained.read_value(), n) % slots), [-1])
-            noted = tf.boolean_mask(rows, tf.not_equal(rows, ""))
-            missed = lost.read_value()
-            with tf.control_dependencies([noted, missed]):
-                done = tf.group(drained.assign(n), lost.assign_sub(missed))
-            with tf.control_dependencies([done]):
-                return tf.identity(noted), tf.identity(missed)
+            k, n = table.export()
+            with tf.control_dependencies([k, n]):
+                gone = table.remove(k)
+            with tf.control_dependencies([gone]):
+                return tf.identity(k), tf.identity(n)
 
-        noted = position.guard.execute(add)
+        noted = position.guard.execute(lambda: tf.group(add()))
         position.drain = position.guard.execute(drain)
         _quiet_guard(position)
     with tf.control_dependencies([noted]):

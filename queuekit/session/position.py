@@ -47,7 +47,7 @@ from queuekit.session.start import SessionInterface
 
 log = logging.getLogger(__name__)
 SUFFIX = ".queuekit-input"
-_DRAIN_RUNS = 1000  # runs between two drains of the graph's consumed rings, at most
+_DRAIN_RUNS = 1000  # runs between two drains of the graph's consumed tables (their memory)
 FORMAT = 1
 _SAVE_OPS = ("SaveV2", "Save", "SaveSlices", "MergeV2Checkpoints")
 _RESTORE_OPS = ("RestoreV2", "Restore", "RestoreSlice")
@@ -66,23 +66,20 @@ class Tally:
         self.skips = 0  # records a restore left to skip
 
     def drain(self, sess) -> None:
-        """Count what the runs consumed since the last drain (the graph's ring of keys)."""
-        keys, lost = sess.run(self.position.drain)
-        if lost:
-            log.warning("pipeline %s: %d batches were taken by runs outside the session "
-                        "(a hook's session, or threads) faster than it could note them: a "
-                        "resume from a later checkpoint may deliver their records again",
-                        self.position.name, lost)
+        """Count what the runs consumed since the last drain (the graph's table, emptied)."""
+        keys, repeats = sess.run(self.position.drain)
         by_file: dict[bytes, list[int]] = {}
-        for key in keys.tolist():
+        counts: dict[bytes, list[int]] = {}
+        for key, n in zip(keys.tolist(), repeats.tolist(), strict=True):
             name, _, place = key.rpartition(b":")
             by_file.setdefault(name, []).append(int(place))
+            counts.setdefault(name, []).append(n)
         for name, places in by_file.items():
             i = self._file_index.get(name)
             if i is None or not len(self.counts[i]):
                 continue
             index = np.searchsorted(self._places[i], places)
-            np.add.at(self.counts[i], np.minimum(index, len(self.counts[i]) - 1), 1)
+            np.add.at(self.counts[i], np.minimum(index, len(self.counts[i]) - 1), counts[name])
 
     def state(self, sess) -> dict[str, Any]:
         self.drain(sess)
@@ -217,9 +214,6 @@ class InputPositions:
         self._written: dict[str, tuple[int, int]] = {}
         self._saved = False  # a save since the last tidy
         self._runs = 0
-        # Each ring holds slots batches: drained at half of that, so that none fills up.
-        self._ring_runs = min([max(1, t.position.slots // 2) for t in self.tallies],
-                              default=_DRAIN_RUNS)
         self._skipping = False  # a restore left reads to skip: runners start skipping
 
     def enqueue_for(self, op):
@@ -249,7 +243,7 @@ class InputPositions:
     def ran(self) -> None:
         """After each run: now and then, count what the runs consumed (bounds the tables)."""
         self._runs += 1
-        if self._runs >= min(_DRAIN_RUNS, self._ring_runs) and self.tallies:
+        if self._runs >= _DRAIN_RUNS and self.tallies:
             self._runs = 0
             for t in self.tallies:
                 t.drain(self._sess)
