@@ -83,7 +83,7 @@ def account(cfg):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--baseline", default="740d41a")  # the commit before the profile
+    ap.add_argument("--baseline", default="9d23b71")  # the commit before the profile
     ap.add_argument("--records", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--seconds", type=float, default=4.0)
