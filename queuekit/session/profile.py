@@ -30,7 +30,7 @@ from queuekit.session.reads import DEQUEUE_OPS, queue_op
 log = logging.getLogger("queuekit")
 _v1 = tf.compat.v1
 
-SAMPLE_SECS = 0.2  # one traced run at most this often, per session
+SAMPLE_SECS = 0.5  # one traced run at most this often, per session (about 0.3% of workload (a))
 INPUT_BOUND = 0.5  # a step waiting this fraction of its time or more is input-bound
 PARTLY = 0.1  # ... at least this fraction: partly
 
