@@ -24,7 +24,7 @@ from queuekit.records.tfrecord import Record, scan_records
 from tests.helpers import default_signals, descendants, gone, without_module
 from tests.imagefactory import bad_files, make_mixed_folder, rgb
 
-pytestmark = pytest.mark.beam
+pytestmark = [pytest.mark.beam, pytest.mark.slow]
 pytest.importorskip("apache_beam")
 
 from queuekit.records.beam_make import write_tfrecords_beam  # noqa: E402

@@ -25,7 +25,8 @@ v1 = tf.compat.v1
 SERVER = os.path.join(os.path.dirname(__file__), "cluster_server.py")
 WORKER = os.path.join(os.path.dirname(__file__), "cluster_worker.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-pytestmark = pytest.mark.timeout(120) if hasattr(pytest.mark, "timeout") else []
+pytestmark = [pytest.mark.slow] + (
+    [pytest.mark.timeout(120)] if hasattr(pytest.mark, "timeout") else [])
 
 
 def _wait_ready(proc):

@@ -59,6 +59,7 @@ def _distributed(tmp_path, *extra):
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.slow
 def test_distributed_example_trains_every_record_once_per_epoch(tmp_path):
     """1 ps + 2 workers on a work queue: 320 training records x 2 epochs trained once each,
     the chief checkpoints the global step on the ps, every task exits."""
@@ -76,6 +77,7 @@ def test_distributed_example_trains_every_record_once_per_epoch(tmp_path):
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.slow
 def test_distributed_example_with_sync_replicas_ends_on_every_worker(tmp_path):
     """SyncReplicasOptimizer on a work queue: both workers end, none waits for a token."""
     done, tasks, codes = _distributed(tmp_path, "--sync")

@@ -18,6 +18,7 @@ import pytest
 
 from tests.helpers import default_signals, write_id_records
 
+pytestmark = pytest.mark.slow
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resume_job.py")
 N_FILES, PER_FILE = 4, 30
 
