@@ -17,7 +17,6 @@ batches of 32 consumed in the graph). Three measurements:
    step (the step is).
 """
 
-import argparse
 import json
 import os
 import random
@@ -26,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 
-from bench_resume import ROOT, measure
+from bench_resume import ROOT, arguments, measure, workload_a
 
 ACCOUNT = r"""
 import json, statistics, sys, time
@@ -57,6 +56,7 @@ with qk.QueueSession() as qs:
         qs.run(step)
     spent[0] = 0.0
     prof = qs._running.profile
+    since = prof.counts()  # the window after the warm-up
     start = time.perf_counter()
     while time.perf_counter() - start < cfg["seconds"]:
         due = time.perf_counter() >= prof._next_sample
@@ -66,7 +66,7 @@ with qk.QueueSession() as qs:
         if cfg["step_ms"]:
             time.sleep(cfg["step_ms"] / 1000)
     total = time.perf_counter() - start
-    report = qs.input_report()[0]
+    report = prof.reports(since)[0]
 extra = max(0.0, statistics.median(traced) - statistics.median(plain)) * len(traced)
 print(json.dumps({"python": spent[0] / total, "trace": extra / total,
                   "runs": len(traced) + len(plain), "traced": len(traced),
@@ -82,23 +82,12 @@ def account(cfg):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--baseline", default="9d23b71")  # the commit before the profile
-    ap.add_argument("--records", type=int, default=2000)
-    ap.add_argument("--rounds", type=int, default=9)
-    ap.add_argument("--seconds", type=float, default=4.0)
-    args = ap.parse_args()
-    sys.path.insert(0, ROOT)
-    import queuekit as qk
-    from queuekit.demo import generate_images
-
+    args = arguments("9d23b71")  # the commit before the profile
     with tempfile.TemporaryDirectory() as tmp:
-        generate_images(os.path.join(tmp, "img"), args.records)
-        made = qk.write_tfrecords(os.path.join(tmp, "img"), os.path.join(tmp, "a.tfrecords"),
-                                  shards=4, progress=False)
-        accounted = [account(dict(files=made.outputs, seconds=args.seconds, step_ms=0))
+        files = workload_a(tmp, args.records)
+        accounted = [account(dict(files=files, seconds=args.seconds, step_ms=0))
                      for _ in range(3)]
-        verdicts = {ms: account(dict(files=made.outputs, seconds=args.seconds, step_ms=ms))
+        verdicts = {ms: account(dict(files=files, seconds=args.seconds, step_ms=ms))
                     for ms in (0, 30)}
         base = os.path.join(tmp, "baseline")
         subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", "-q", base,
@@ -106,7 +95,7 @@ def main():
         try:
             rows = {"baseline": [], "profile": []}
             order = random.Random(0)
-            cfg = dict(files=made.outputs, readers=2, read_many=None, seconds=args.seconds)
+            cfg = dict(files=files, readers=2, read_many=None, seconds=args.seconds)
             for _ in range(args.rounds):
                 pair = [("baseline", base), ("profile", ROOT)]
                 order.shuffle(pair)

@@ -71,21 +71,31 @@ def state_size(n_files=1000, per_file=100, in_flight=10_000, seed=0):
     return len(json.dumps(state, separators=(",", ":")).encode())
 
 
-def main():
+def arguments(baseline: str):
+    """The options of an A/B against queuekit at git revision ``baseline``."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--baseline", default="adefac7")  # the commit before the position
+    ap.add_argument("--baseline", default=baseline)
     ap.add_argument("--records", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--seconds", type=float, default=4.0)
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def workload_a(tmp: str, records: int) -> list[str]:
+    """Workload (a)'s files in ``tmp``: ``records`` generated images written by `make`."""
     sys.path.insert(0, ROOT)
     import queuekit as qk
     from queuekit.demo import generate_images
 
+    generate_images(os.path.join(tmp, "img"), records)
+    return qk.write_tfrecords(os.path.join(tmp, "img"), os.path.join(tmp, "a.tfrecords"),
+                              shards=4, progress=False).outputs
+
+
+def main():
+    args = arguments("adefac7")  # the commit before the position
     with tempfile.TemporaryDirectory() as tmp:
-        generate_images(os.path.join(tmp, "img"), args.records)
-        made = qk.write_tfrecords(os.path.join(tmp, "img"), os.path.join(tmp, "a.tfrecords"),
-                                  shards=4, progress=False)
+        files = workload_a(tmp, args.records)
         base = os.path.join(tmp, "baseline")
         subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", "-q", base,
                         args.baseline], check=True)
@@ -94,7 +104,7 @@ def main():
             order = random.Random(0)
             for _ in range(args.rounds):
                 for readers, read_many in ((2, None), (1, 64)):
-                    cfg = dict(files=made.outputs, readers=readers, read_many=read_many,
+                    cfg = dict(files=files, readers=readers, read_many=read_many,
                                seconds=args.seconds)
                     pair = [("baseline", base), ("position", ROOT)]
                     order.shuffle(pair)  # which runs first in a round is no bias

@@ -73,6 +73,24 @@ def signal_when_ready(child, sig, *, ready="ready", grace=0.0):
             child.communicate()
 
 
+def signal_when(child, ready, sig, *, within=90.0, poll=0.01):
+    """Poll ``ready()`` while ``child`` runs (at most ``within`` s), then send ``sig`` and wait
+    for the end. Returns (stdout, stderr, what ``ready()`` returned); the child is killed if
+    it is still alive when this returns or fails."""
+    try:
+        deadline = time.monotonic() + within
+        while not (found := ready()):
+            assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+            time.sleep(poll)
+        child.send_signal(sig)
+        out, err = child.communicate(timeout=60)
+        return out, err, found
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+
+
 def descendants(pid):
     """Every live descendant of ``pid`` (from /proc): workers, fork server, resource tracker."""
     parents = {}

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from PIL import Image
@@ -21,7 +20,7 @@ from queuekit.cli import main
 from queuekit.records.files import expand_files
 from queuekit.records.folder import ImageFolder
 from queuekit.records.tfrecord import Record, scan_records
-from tests.helpers import default_signals, descendants, gone, without_module
+from tests.helpers import default_signals, descendants, gone, signal_when, without_module
 from tests.imagefactory import bad_files, make_mixed_folder, rgb
 
 pytestmark = [pytest.mark.beam, pytest.mark.slow]
@@ -94,19 +93,10 @@ def test_sigterm_mid_job_leaves_no_dataset_no_staging_no_worker(tmp_path):
                              str(out / "d.tfrecords"), "--runner", "beam", "--workers", "2",
                              "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, preexec_fn=default_signals)
-    try:
-        deadline = time.monotonic() + 90
-        # The sink's temp folder appears once the workers write: the job is under way.
-        while not list(out.glob(".*.queuekit-spool-*/beam-temp-*")):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
-        workers = descendants(proc.pid)
-        assert workers  # Beam's worker processes (and their shells)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    # The sink's temp folder appears once the workers write: the job is under way, and its
+    # worker processes (and their shells) exist.
+    _, err, workers = signal_when(proc, lambda: list(out.glob(
+        ".*.queuekit-spool-*/beam-temp-*")) and descendants(proc.pid), signal.SIGTERM)
     assert proc.returncode == 143, err
     assert gone(workers), "a Beam worker outlived the command"
     assert os.listdir(out) == []
@@ -120,18 +110,13 @@ def test_sigterm_while_the_workers_start_ends_the_command_and_them(tmp_path):
     proc = subprocess.Popen([sys.executable, job, str(tmp_path)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, preexec_fn=default_signals,
                             env={**os.environ, "PYTHONPATH": os.getcwd()})
+    def starting():
+        found = descendants(proc.pid)
+        return found if any("sdk_worker_main" in _command_line(p) for p in found) else []
+
     try:
-        deadline = time.monotonic() + 90
-        while not any("sdk_worker_main" in _command_line(p) for p in descendants(proc.pid)):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.002)
-        workers = descendants(proc.pid)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
+        _, err, workers = signal_when(proc, starting, signal.SIGTERM, poll=0.002)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
         for pid in descendants(proc.pid):
             os.kill(pid, signal.SIGKILL)
     assert proc.returncode == 143, err[-2000:]

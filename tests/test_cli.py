@@ -5,13 +5,12 @@ import multiprocessing.util
 import os
 import signal
 import tempfile
-import time
 
 import pytest
 import tensorflow as tf
 
 from queuekit.cli import main
-from tests.helpers import descendants, gone, run_script, write_image_records
+from tests.helpers import descendants, gone, run_script, signal_when, write_image_records
 
 SUBCOMMANDS = ["demo", "make", "export", "inspect", "bench"]
 
@@ -130,17 +129,8 @@ def test_bench_sigterm_exits_143_and_takes_its_child_along(tmp_path):
                       "bench", path, "--readers", "1", "--threads", "1", "--read-many", "0",
                       "--compare", "none", "--seconds", "30", "--repeat", "1",
                       "--warmup-batches", "1", "--batch-size", "8", "--quiet")
-    try:
-        deadline = time.monotonic() + 60
-        while not (children := _bench_children(proc.pid)):  # a configuration has started
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.02)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    # once a configuration has started
+    _, err, children = signal_when(proc, lambda: _bench_children(proc.pid), signal.SIGTERM)
     assert proc.returncode == 143, err[-2000:]
     assert "stopped by SIGTERM" in err
     assert gone(children), "the configuration's process outlived bench"
