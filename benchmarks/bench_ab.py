@@ -1,0 +1,55 @@
+"""Records/s of workload (a) on several checkouts of queuekit, interleaved: what a change
+costs, or what one part of it costs (a copy of the code with that part switched off).
+
+    python benchmarks/bench_ab.py NAME=PATH NAME=PATH... [--rounds 5] [--seconds 4]
+
+Each PATH is a checkout (``git worktree add --detach PATH REV``, edited or not);
+the first is the baseline. Two configurations (2 readers one record per read;
+1 reader with ``read_many=64``), one process per measurement, the order of
+the checkouts drawn anew in each round; prints each one's median records/s
+and the median of its per-round ratios to the baseline, with the rounds.
+"""
+
+import argparse
+import random
+import statistics
+import tempfile
+
+from bench_resume import measure, workload_a
+
+CONFIGS = ((2, None), (1, 64))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("roots", nargs="+", help="NAME=PATH, the baseline first")
+    ap.add_argument("--records", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=4.0)
+    args = ap.parse_args()
+    roots = dict(r.split("=", 1) for r in args.roots)
+    rows: dict[tuple, list[float]] = {}
+    order = random.Random(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        files = workload_a(tmp, args.records)
+        for _ in range(args.rounds):
+            for readers, read_many in CONFIGS:
+                names = list(roots)
+                order.shuffle(names)
+                for name in names:
+                    cfg = dict(files=files, readers=readers, read_many=read_many,
+                               seconds=args.seconds)
+                    rows.setdefault((readers, read_many, name), []).append(
+                        measure(roots[name], cfg))
+    base = next(iter(roots))
+    for readers, read_many in CONFIGS:
+        for name in roots:
+            got = rows[(readers, read_many, name)]
+            ratios = [x / y for x, y in zip(got, rows[(readers, read_many, base)], strict=True)]
+            print(f"readers={readers} read_many={read_many or 0} {name}: "
+                  f"{statistics.median(got):,.0f} rec/s, ratio {statistics.median(ratios):.3f} "
+                  f"(rounds: {', '.join(f'{r:.3f}' for r in ratios)})")
+
+
+if __name__ == "__main__":
+    main()
