@@ -147,3 +147,15 @@ def test_a_program_s_own_trace_request_is_kept():
                run_metadata=metadata)
         assert metadata.step_stats.dev_stats
         assert qs.input_report()[0].steps == 1
+
+
+def test_a_single_dequeue_takes_one_record_whatever_its_shape():
+    """q.dequeue() of [3]-vectors: one record per step (not the element's first dimension)."""
+    with qk.QueueSession() as qs:
+        q = tf.queue.FIFOQueue(10, tf.float32, shapes=[[3]], name="vectors")
+        v1.train.add_queue_runner(v1.train.QueueRunner(q, [q.enqueue(tf.ones([3]))]))
+        element = q.dequeue()
+        for _ in range(3):
+            qs.run(element)
+        (report,) = qs.input_report()
+    assert report.queue == "vectors" and report.records_per_step == 1

@@ -138,14 +138,14 @@ class InputReport:
 class InputProfile:
     """The counts of one session's runs, per queue its steps take from."""
 
-    def __init__(self, graph: tf.Graph, fill: Callable[[str], float | None], coord,
-                 sample_secs: float | None = None):
+    def __init__(self, graph: tf.Graph, fill: Callable[[str], float | None], coord):
         self._graph = graph
         self._fill = fill
-        self._sample_secs = SAMPLE_SECS if sample_secs is None else sample_secs
+        self._sample_secs = SAMPLE_SECS
         self._counts: dict[str, _Counts] = {}
         self._last_start: dict[str, float] = {}
-        self._dequeues: dict[str, tuple[str, int]] = {}  # dequeue op -> (queue, n)
+        # dequeue op -> (queue, records it takes; None: up to n, read from its output)
+        self._dequeues: dict[str, tuple[str, int | None]] = {}
         self._fed: set[str] = set()  # the queues runners fill
         self._tuned: set[str] = set()
         self._next_sample = 0.0
@@ -153,8 +153,8 @@ class InputProfile:
         _PROFILES[coord] = self
 
     def before(self, reads, options, run_metadata):
-        """Count a run about to start; ``(options, run_metadata)`` for it (traced when a
-        sample is due)."""
+        """Count a run about to start; ``(options, run_metadata, traced)`` for it: traced
+        when a sample is due (then :meth:`after` reads its step statistics)."""
         now = time.perf_counter()
         counted = False
         for queue in reads:
@@ -195,7 +195,7 @@ class InputProfile:
                 continue
             counts.samples += 1
             counts.waited += (node.all_start_micros + node.all_end_rel_micros - start) / 1e6
-            counts.records += _rows(node, n)
+            counts.records += n if n is not None else _rows(node)
             fill = self._fill(queue)
             if fill is not None:
                 counts.filled += fill
@@ -237,19 +237,18 @@ class InputProfile:
                 queue = queue_op(op.inputs[0]).name
                 if queue in self._fed:
                     n = tf.get_static_value(op.inputs[1]) if len(op.inputs) > 1 else 1
-                    self._dequeues[op.name] = (queue, int(n) if n is not None else 0)
+                    self._dequeues[op.name] = (queue, None if "UpTo" in op.type or n is None
+                                               else int(n))
         return True
 
 
-def _rows(node, n: int) -> int:
-    """The records a dequeue took: its first output's first dimension, else its ``n``."""
+def _rows(node) -> int:
+    """The records a ``dequeue_up_to`` took: its first output's first dimension (0 when the
+    step statistics do not say)."""
     try:
-        dims = node.output[0].tensor_description.shape.dim
-        if n and dims and dims[0].size >= 0:
-            return int(dims[0].size)
+        return max(0, int(node.output[0].tensor_description.shape.dim[0].size))
     except (IndexError, AttributeError):
-        pass
-    return n
+        return 0
 
 
 class InputReportHook(tf.compat.v1.train.SessionRunHook):
