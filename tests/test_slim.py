@@ -127,6 +127,31 @@ def test_a_step_function_sees_slims_kwargs_and_an_aborted_session_is_retried(tmp
     assert _step_of(logdir) == 4
 
 
+def test_traces_and_a_session_wrapper_as_slim_has_them(tmp_path):
+    """trace_every_n_steps writes Slim's Chrome timelines (tf_trace-<step>.json) and the run
+    metadata; session_wrapper's session is the one the steps run on."""
+    files = [write_id_records(tmp_path / "ids.tfrecords", 10)]
+    logdir = str(tmp_path / "train")
+    wrapped = []
+
+    class Counting:
+        def __init__(self, sess):
+            self._sess = sess
+
+        def run(self, *args, **kwargs):
+            wrapped.append(1)
+            return self._sess.run(*args, **kwargs)
+
+    with tf.Graph().as_default():
+        train_op, _ = _train_op(id_reader_batch(files, batch_size=2, num_epochs=None))
+        qslim.train(train_op, logdir, number_of_steps=3, trace_every_n_steps=2,
+                    session_wrapper=Counting)
+    traces = sorted(n for n in os.listdir(logdir) if n.startswith("tf_trace-"))
+    assert traces and all(json.load(open(os.path.join(logdir, n)))["traceEvents"]
+                          for n in traces)
+    assert len(wrapped) >= 3
+
+
 def test_ignore_live_threads_returns_past_a_stuck_runner(tmp_path):
     """A runner stuck in user code past the grace: ShutdownTimeout, or with
     ignore_live_threads=True the loss, as Slim's Supervisor does."""
