@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 import weakref
 from collections.abc import Callable
@@ -230,8 +231,7 @@ class InputProfile:
             return False
         self._runners_seen = len(runners)
         self._fed = {qr.queue.queue_ref.op.name for qr in runners}
-        self._tuned = {n.decode() if isinstance(n, bytes) else n
-                       for n in self._graph.get_collection(GraphKeys.AUTOTUNE)}
+        self._tuned = {os.fsdecode(n) for n in self._graph.get_collection(GraphKeys.AUTOTUNE)}
         for op in self._graph.get_operations():
             if op.type in DEQUEUE_OPS:
                 queue = queue_op(op.inputs[0]).name
