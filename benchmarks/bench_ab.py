@@ -7,7 +7,9 @@ Each PATH is a checkout (``git worktree add --detach PATH REV``, edited or not);
 the first is the baseline. Two configurations (2 readers one record per read;
 1 reader with ``read_many=64``), one process per measurement, the order of
 the checkouts drawn anew in each round; prints each one's median records/s
-and the median of its per-round ratios to the baseline, with the rounds.
+and the median of its per-round ratios to the baseline, with the rounds; the same for
+the process's CPU time per record (the machine is CPU-bound: what a change costs in
+work, less exposed than records/s to other tenants' load).
 """
 
 import argparse
@@ -15,7 +17,7 @@ import random
 import statistics
 import tempfile
 
-from bench_resume import measure, workload_a
+from bench_resume import measure_cpu, workload_a
 
 CONFIGS = ((2, None), (1, 64))
 
@@ -29,6 +31,7 @@ def main():
     args = ap.parse_args()
     roots = dict(r.split("=", 1) for r in args.roots)
     rows: dict[tuple, list[float]] = {}
+    cpus: dict[tuple, list[float]] = {}  # the process's CPU microseconds per record
     order = random.Random(1)
     with tempfile.TemporaryDirectory() as tmp:
         files = workload_a(tmp, args.records)
@@ -39,16 +42,23 @@ def main():
                 for name in names:
                     cfg = dict(files=files, readers=readers, read_many=read_many,
                                seconds=args.seconds)
-                    rows.setdefault((readers, read_many, name), []).append(
-                        measure(roots[name], cfg))
+                    rate, cpu = measure_cpu(roots[name], cfg)
+                    rows.setdefault((readers, read_many, name), []).append(rate)
+                    cpus.setdefault((readers, read_many, name), []).append(cpu)
     base = next(iter(roots))
     for readers, read_many in CONFIGS:
         for name in roots:
             got = rows[(readers, read_many, name)]
             ratios = [x / y for x, y in zip(got, rows[(readers, read_many, base)], strict=True)]
+            cpu = cpus[(readers, read_many, name)]
+            cpu_ratios = [x / y for x, y in zip(cpu, cpus[(readers, read_many, base)],
+                                                strict=True)]
             print(f"readers={readers} read_many={read_many or 0} {name}: "
                   f"{statistics.median(got):,.0f} rec/s, ratio {statistics.median(ratios):.3f} "
-                  f"(rounds: {', '.join(f'{r:.3f}' for r in ratios)})")
+                  f"(rounds: {', '.join(f'{r:.3f}' for r in ratios)}); "
+                  f"CPU {statistics.median(cpu):.0f} us/record, ratio "
+                  f"{statistics.median(cpu_ratios):.3f} "
+                  f"(rounds: {', '.join(f'{r:.3f}' for r in cpu_ratios)})")
 
 
 if __name__ == "__main__":

@@ -36,19 +36,27 @@ with qk.QueueSession() as qs:
     step = tf.reduce_sum(tf.cast(b["label"], tf.float32)) + tf.reduce_sum(b["image"][:, 0, 0])
     for _ in range(20):
         qs.run(step)
-    n, start = 0, time.perf_counter()
+    n, start, cpu = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < cfg["seconds"]:
         qs.run(step)
         n += 32
-    print(json.dumps(n / (time.perf_counter() - start)))
+    rate = n / (time.perf_counter() - start)
+    print(json.dumps([rate, (time.process_time() - cpu) / n * 1e6]))
 """
 
 
 def measure(root, cfg):
+    """Records/s of one run of the child on the checkout ``root``."""
+    return measure_cpu(root, cfg)[0]
+
+
+def measure_cpu(root, cfg):
+    """(records/s, the process's CPU microseconds per record) of one run of the child."""
     out = subprocess.run([sys.executable, "-c", CHILD, root, json.dumps(cfg)], check=True,
                          capture_output=True, text=True, env=dict(os.environ,
                                                                   TF_CPP_MIN_LOG_LEVEL="2"))
-    return float(out.stdout.strip().splitlines()[-1])
+    rate, cpu = json.loads(out.stdout.strip().splitlines()[-1])
+    return float(rate), float(cpu)
 
 
 def state_size(n_files=1000, per_file=100, in_flight=10_000, seed=0):
