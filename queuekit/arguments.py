@@ -66,8 +66,12 @@ def non_negative(text: str) -> int:
     return ints(text, 0)[0] if "," not in text else ints("x")[0]
 
 
-def counts_from_zero(text: str) -> list[int]:
-    return ints(text, 0)
+def read_counts(text: str) -> list[int | str]:
+    """``0,64`` or ``0,batch``: records per read, ``batch`` meaning a whole batch."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    numbers = ",".join(p for p in parts if p != "batch")
+    values: list[int | str] = list(ints(numbers, 0)) if numbers else []
+    return values + ["batch"] * ("batch" in parts)
 
 
 def number(minimum: float, *, strict: bool):

@@ -8,11 +8,11 @@ import sys
 
 from queuekit.arguments import (
     check_writable,
-    counts_from_zero,
     ints,
     non_negative,
     number,
     positive,
+    read_counts,
     reader_counts,
     show_progress,
     size,
@@ -27,7 +27,9 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--readers", type=reader_counts, default=[1, 2, 4],
                    help="reader counts, comma-separated; auto adds a row tuned while it runs")
     p.add_argument("--threads", type=ints, default=[1, 2])
-    p.add_argument("--read-many", type=counts_from_zero, default=[0, 64])
+    p.add_argument("--read-many", type=read_counts, default=[0, 64],
+                   help="records per read, comma-separated: 0 is one, batch a whole batch "
+                        "queued as it is (read_many='batch')")
     p.add_argument("--batch-size", type=positive, default=32)
     p.add_argument("--image-size", type=size, default=None,
                    help="N or HEIGHTxWIDTH to resize encoded images to (JPEG photos of "

@@ -23,6 +23,9 @@ class GraphKeys:
     # Collection: names of the queues whose runners an "auto" builder built; a tuner thread
     # sets how many of their threads run.
     AUTOTUNE = "queuekit_autotune"
+    # Collection: names of the queues whose element is a whole batch (read_many="batch"):
+    # one dequeue takes a batch of records, not one.
+    WHOLE_BATCHES = "queuekit_whole_batches"
     # Objects: one cluster.work.WorkQueue per work_queue builder; the session runs its threads.
     WORK_QUEUES = "queuekit_work_queues"
     # Objects: one pipelines.position.InputPosition per resumable builder; the session tracks

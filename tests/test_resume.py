@@ -114,6 +114,16 @@ def test_shuffled_parallel_two_epochs_every_record_once_per_epoch(tmp_path, file
         list(range(N_FILES * PER_FILE)) * 2)
 
 
+def test_whole_batches_two_epochs_every_record_once_per_epoch(tmp_path, files):
+    """read_many="batch" (a read is a batch, queued whole), 2 readers of 2 threads,
+    num_epochs=2, three breaks: every record exactly twice."""
+    cfg = dict(BASE, files=files, readers=2, threads=2, read_many="batch", epochs=2)
+    broken, ends = run_with_breaks(tmp_path, cfg, 3, seed=3)
+    assert ends.count(-signal.SIGKILL) == 3
+    assert collections.Counter(broken) == collections.Counter(
+        list(range(N_FILES * PER_FILE)) * 2)
+
+
 def test_fixed_length_records_resume(tmp_path):
     """fixed_length_batches (keys number records, not bytes) resumes exactly too."""
     paths = []

@@ -177,9 +177,13 @@ def _session(kind, graph):
             coord.join(threads)
 
 
-def _records_per_read(graph) -> int | None:
+def _records_per_read(graph) -> int | str | None:
     """The ``read_many`` of the graph's readers; None for one record per read."""
     tf = _tf()
+    from queuekit.graph_keys import GraphKeys
+
+    if graph.get_collection(GraphKeys.WHOLE_BATCHES):
+        return "batch"
     reads = [op for op in graph.get_operations() if op.type == "ReaderReadUpToV2"]
     return int(tf.get_static_value(reads[0].inputs[2])) if reads else None
 

@@ -14,7 +14,7 @@ class BenchRow:
     kind: str  # "queuekit" or one of REFERENCES' values
     readers: int | str | None  # "auto": tuned while it ran
     threads: int | None
-    read_many: int | None
+    read_many: int | str | None  # None: one record per read; "batch": whole batches
     records_per_s: float | None = None
     mb_per_s: float | None = None
     batches_per_s: float | None = None
@@ -128,7 +128,7 @@ class BenchReport:
         for r in self.rows:
             if r.kind == "queuekit" and r.records_per_s and r.readers != "auto":
                 lines.setdefault((r.threads, r.read_many or 0), []).append(r)
-        for (threads, many), rows in sorted(lines.items()):
+        for (threads, many), rows in sorted(lines.items(), key=lambda kv: str(kv[0])):
             rows.sort(key=lambda r: r.readers or 0)
             readers = [r.readers for r in rows]
             label = f"threads={threads} read-many={many}"

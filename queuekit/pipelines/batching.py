@@ -71,14 +71,18 @@ def default_readers(num_readers, parse_fn, work_queue=None):
     return "auto" if parse_fn is not None and not work_queue else 1
 
 
-def records_per_read(read_many: int | None, num_readers, *, remote: bool = False,
-                     raw_bytes: int | None = None) -> int:
+WHOLE = "batch"  # read_many: each read is a whole batch (:func:`whole_batches`)
+
+
+def records_per_read(read_many: int | str | None, num_readers, *, remote: bool = False,
+                     raw_bytes: int | None = None) -> int | str:
     """How many records each read takes; every builder decides it here, and only here.
 
     0 is one record per read (``read``, not ``read_up_to``). ``read_many`` as
-    given; else on a cluster (``remote``: no ``parse_fn``, a worker's input or a
-    record shard) :data:`~queuekit.cluster.inputs.REMOTE_READ_MANY`, each read
-    being a network round trip; else for ``"auto"`` readers of raw records of
+    given (``"batch"``: a batch, :func:`whole_batches`); else on a cluster
+    (``remote``: no ``parse_fn``, a worker's input or a record shard)
+    :data:`~queuekit.cluster.inputs.REMOTE_READ_MANY`, each read being a
+    network round trip; else for ``"auto"`` readers of raw records of
     ``raw_bytes`` (encoded images: the decode, not the step, is the cost)
     about :data:`AUTO_READ_BYTES`, none below 4 records; else one.
 
@@ -88,10 +92,12 @@ def records_per_read(read_many: int | None, num_readers, *, remote: bool = False
     by it: 2 per step of 196 KB records ran slower (likely ``enqueue_many``,
     which copies each record under the queue's lock while the dequeue waits).
     """
+    if read_many == WHOLE:
+        return WHOLE
     if read_many is not None:
         if isinstance(read_many, bool) or not isinstance(read_many, int) or read_many < 0:
             raise ValueError(f"read_many must be at least 1 (0 or None: one record per "
-                             f"read), not {read_many!r}")
+                             f"read; 'batch': a batch per read), not {read_many!r}")
         return read_many
     if remote:
         return REMOTE_READ_MANY
@@ -99,6 +105,11 @@ def records_per_read(read_many: int | None, num_readers, *, remote: bool = False
         n = min(AUTO_READ_MANY_MAX, AUTO_READ_BYTES // max(1, raw_bytes))
         return n if n >= 4 else 0
     return 0
+
+
+def read_count(read_many: int | str, batch_size: int) -> int:
+    """The records one read takes (0: one, with ``read`` rather than ``read_up_to``)."""
+    return batch_size if read_many == WHOLE else int(read_many)
 
 
 def tuned_order(readers: list, num_threads: int) -> list:
@@ -205,7 +216,7 @@ def shuffle_sizes(capacity, min_after_dequeue, batch_size):
     return capacity, int(min_after_dequeue)
 
 
-def file_batches(files, read, opts: Batching, *, read_many: int, name: str,
+def file_batches(files, read, opts: Batching, *, read_many: int | str, name: str,
                  device: str | None = None, fixed: tuple[int, int, int] | None = None):
     """Batches from ``files``.
 
@@ -220,9 +231,13 @@ def file_batches(files, read, opts: Batching, *, read_many: int, name: str,
     ``device``: this worker's (``cluster.inputs.worker_device``), found here when None.
 
     With ``read_many`` (:func:`records_per_read`) each reader's tensors have a
-    leading batch dimension (``enqueue_many``).
+    leading batch dimension (``enqueue_many``); with ``"batch"`` each read is a
+    batch, queued whole (:func:`whole_batches`).
     """
-    allow_smaller = keeps_last_batch(opts.allow_smaller_final_batch, opts.num_epochs)
+    whole = read_many == WHOLE
+    if whole:
+        check_whole(opts)
+    allow_smaller = whole or keeps_last_batch(opts.allow_smaller_final_batch, opts.num_epochs)
     with quiet_deprecations(), worker_inputs(device), tf.name_scope(name):
         n_readers, tuned = resolve_count("num_readers", opts.num_readers, opts.max_readers)
         work = position = None
@@ -246,9 +261,13 @@ def file_batches(files, read, opts: Batching, *, read_many: int, name: str,
                 keys, raw = reads(position, next_read, many=many)
                 readers.append(dict(parse(keys, raw), **{POSITION_KEY: keys}))
         element_bytes, variable = element_shapes(readers[0], many=many)
+        if whole and variable:
+            raise ValueError("read_many='batch' needs outputs of one shape; these vary: "
+                             f"{sorted(variable)} (give read_many an int)")
         if variable and not many:
             readers = [with_lengths(r, variable) for r in readers]
-        capacity = capacity_for(opts.capacity, opts.batch_size, element_bytes, read_many)
+        capacity = capacity_for(opts.capacity, opts.batch_size, element_bytes,
+                                read_count(read_many or 0, opts.batch_size))
         min_after = None
         if opts.shuffle:
             capacity, min_after = shuffle_sizes(capacity, opts.min_after_dequeue,
@@ -257,7 +276,11 @@ def file_batches(files, read, opts: Batching, *, read_many: int, name: str,
             readers = tuned_order(readers, opts.num_threads)
         elif len(readers) > 1:
             readers = readers * opts.num_threads  # join: one thread per list entry
-        if variable and opts.shuffle:  # shuffle whole elements, then pad them in batches
+        if whole:
+            batch = whole_batches(readers, capacity=max(2, capacity // opts.batch_size))
+            if tuned:
+                mark_tuned()
+        elif variable and opts.shuffle:  # shuffle whole elements, then pad them in batches
             element = shuffled_elements(readers, variable, capacity=capacity,
                                         min_after_dequeue=int(min_after or 0), seed=opts.seed,
                                         many=many)
@@ -279,6 +302,44 @@ def file_batches(files, read, opts: Batching, *, read_many: int, name: str,
         if position is not None:
             batch = take_consumed(position, batch)
         return finish(batch, opts.normalize)
+
+
+def check_whole(opts: Batching) -> None:
+    """What ``read_many="batch"`` cannot do: each batch is one reader's read, in order."""
+    if opts.shuffle:
+        raise ValueError("read_many='batch' queues each read whole, so records are never "
+                         "mixed: shuffle needs read_many as an int")
+    if opts.work_queue:
+        raise ValueError("read_many='batch' does not read from a work_queue")
+    if opts.allow_smaller_final_batch is False:
+        raise ValueError("with read_many='batch' each file's last batch is smaller (a read "
+                         "stops at the end of a file): allow_smaller_final_batch=False "
+                         "needs read_many as an int")
+
+
+def whole_batches(readers: list[dict], *, capacity: int) -> dict:
+    """``read_many="batch"``: a queue whose element is one read of ``batch_size`` records,
+    dequeued as the batch. The queue holds each read by reference; ``batch_join`` copies
+    each record into its queue and again into the batch, under the queue's lock, which
+    made it the slowest part of a reader's path (``docs/benchmarks.rst``).
+
+    A batch is one reader's records of one file, in order: ``read_up_to`` stops at the
+    end of a file, so a file's last batch is smaller (and so are the first reads after a
+    resume); the batch dimension is None (:func:`~queuekit.pad_last_batch` makes it
+    static).
+    """
+    names = sorted(readers[0])
+    if any(isinstance(v, tf.SparseTensor) for v in readers[0].values()):
+        raise ValueError("read_many='batch' needs dense outputs (give read_many an int)")
+    queue = tf.queue.FIFOQueue(capacity, [readers[0][k].dtype for k in names], names=names,
+                               name="whole_batches")
+    _v1.train.add_queue_runner(_v1.train.QueueRunner(queue, [queue.enqueue(r)
+                                                             for r in readers]))
+    _v1.add_to_collection(GraphKeys.WHOLE_BATCHES, queue.queue_ref.op.name)
+    batch = queue.dequeue()
+    for k in names:
+        batch[k].set_shape(readers[0][k].shape)
+    return batch
 
 
 def make_batch(tensors_list, *, batch_size, shuffle, seed, capacity, min_after_dequeue,

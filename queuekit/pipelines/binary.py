@@ -14,7 +14,13 @@ import dataclasses
 import tensorflow as tf
 
 from queuekit.errors import DatasetError
-from queuekit.pipelines.batching import Batching, default_readers, file_batches, records_per_read
+from queuekit.pipelines.batching import (
+    Batching,
+    default_readers,
+    file_batches,
+    read_count,
+    records_per_read,
+)
 from queuekit.records.files import check_sizes, expand_files
 
 _v1 = tf.compat.v1
@@ -54,7 +60,7 @@ def fixed_length_batches(files, layout="cifar10", *, record_bytes: int | None = 
                          parse_fn=None, batch_size: int = 32, num_epochs: int | None = None,
                          shuffle: bool = False, seed: int | None = None,
                          num_readers: int | str | None = None,
-                         num_threads: int = 1, read_many: int | None = None,
+                         num_threads: int = 1, read_many: int | str | None = None,
                          capacity: int | None = None, min_after_dequeue: int | None = None,
                          allow_smaller_final_batch: bool | None = None,
                          normalize: bool = True, max_readers: int | None = None,
@@ -101,8 +107,10 @@ def fixed_length_batches(files, layout="cifar10", *, record_bytes: int | None = 
         reader = _v1.FixedLengthRecordReader(record_bytes, header_bytes=header_bytes,
                                              footer_bytes=footer_bytes)
 
+        count = read_count(read_many, batch_size)
+
         def next_read():
-            return (reader.read_up_to(filename_queue, read_many) if read_many
+            return (reader.read_up_to(filename_queue, count) if count
                     else reader.read(filename_queue))
 
         return next_read, lambda keys, value: (

@@ -37,6 +37,7 @@ from queuekit.pipelines.batching import (
     mark_tuned,
     normalized,
     quiet_deprecations,
+    read_count,
     records_per_read,
     resolve_count,
     shuffle_sizes,
@@ -88,7 +89,7 @@ def _compression(files, compression) -> str:
 def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = None,
                      shuffle: bool = False, seed: int | None = None,
                      num_readers: int | str | None = None,
-                     num_threads: int = 1, read_many: int | None = None,
+                     num_threads: int = 1, read_many: int | str | None = None,
                      capacity: int | None = None, min_after_dequeue: int | None = None,
                      allow_smaller_final_batch: bool | None = None,
                      image_shape=None, normalize: bool = True, check_framing: bool = True,
@@ -122,6 +123,10 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
             reads one, or with ``"auto"`` readers, no ``parse_fn`` and raw
             images, about 256 KiB of records (4 to 32; none for records over
             64 KiB): small records cost a session step each otherwise.
+            ``"batch"``: each read is a whole batch, queued as it is (the
+            fastest; no shuffle: a batch is one reader's records of one file in
+            order, a file's last batch smaller; the batch dimension is None;
+            ``docs/benchmarks.rst``).
         capacity: batch queue capacity; by default about 64 MiB of images
             (:data:`~queuekit.pipelines.batching.QUEUE_BYTES`), at least two batches.
         min_after_dequeue: with ``shuffle``; default half the capacity.
@@ -219,7 +224,8 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
                 tensors = dict(tensors, **{FILE_KEY: file_of(keys)})
             return tensors
 
-        return lambda: _records(reader, filename_queue, read_many, record_shard), parsed
+        count = read_count(read_many, batch_size)
+        return lambda: _records(reader, filename_queue, count, record_shard), parsed
 
     return file_batches(files, read, opts, read_many=read_many, name=name or "tfrecord_batches",
                         device=device)

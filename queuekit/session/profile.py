@@ -232,11 +232,14 @@ class InputProfile:
         self._runners_seen = len(runners)
         self._fed = {qr.queue.queue_ref.op.name for qr in runners}
         self._tuned = {os.fsdecode(n) for n in self._graph.get_collection(GraphKeys.AUTOTUNE)}
+        whole = {os.fsdecode(n) for n in self._graph.get_collection(GraphKeys.WHOLE_BATCHES)}
         for op in self._graph.get_operations():
             if op.type in DEQUEUE_OPS:
                 queue = queue_op(op.inputs[0]).name
                 if queue in self._fed:
-                    n = tf.get_static_value(op.inputs[1]) if len(op.inputs) > 1 else 1
+                    # A whole-batch queue's single dequeue takes a batch: read its rows.
+                    n = (None if queue in whole else
+                         tf.get_static_value(op.inputs[1]) if len(op.inputs) > 1 else 1)
                     self._dequeues[op.name] = (queue, None if "UpTo" in op.type or n is None
                                                else int(n))
         return True

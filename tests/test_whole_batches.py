@@ -1,0 +1,110 @@
+"""read_many="batch": each read a whole batch, queued as it is. Every record once, a batch one
+reader's records of one file in order, what it refuses, its resume and its input report."""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import queuekit as qk
+from queuekit.arguments import read_counts
+from queuekit.session import profile
+from tests.helpers import v1, write_image_records
+
+PER_FILE = 37
+
+
+@pytest.fixture
+def id_files(tmp_path):
+    return [write_image_records(tmp_path / f"p{k}.tfrecords",
+                                range(PER_FILE * k, PER_FILE * (k + 1))) for k in range(4)]
+
+
+def _ids(batch):
+    return [int(f[2:]) for f in batch["filename"].astype(str)]
+
+
+@pytest.mark.parametrize("readers,threads", [(1, 1), (3, 2), ("auto", 1)])
+def test_every_record_once_per_epoch_in_batches_of_one_file_in_order(id_files, readers,
+                                                                     threads):
+    """Two epochs over 4 files of 37 records, batch 10: every record twice; each batch is
+    consecutive records of one file; a file gives 3 full batches and one of 7."""
+    with qk.QueueSession() as qs:
+        b = qk.tfrecord_batches(id_files, batch_size=10, num_epochs=2, num_readers=readers,
+                                num_threads=threads, read_many="batch")
+        assert b["image"].shape.as_list() == [None, 4, 6, 3]
+        batches = [_ids(x) for x in qs.iterate(b)]
+    assert collections.Counter(i for ids in batches for i in ids) == collections.Counter(
+        list(range(4 * PER_FILE)) * 2)
+    for ids in batches:
+        assert ids == list(range(ids[0], ids[0] + len(ids)))  # in order, one reader's
+        assert len({i // PER_FILE for i in ids}) == 1  # one file's
+    assert sorted(collections.Counter(len(ids) for ids in batches).items()) == [(7, 8), (10, 24)]
+
+
+def test_fixed_length_records_in_whole_batches(tmp_path):
+    """fixed_length_batches with read_many="batch": every record once."""
+    paths = []
+    for k in range(3):
+        path = tmp_path / f"data_{k}.bin"
+        path.write_bytes(np.arange(20 * k, 20 * (k + 1), dtype=np.int64).tobytes())
+        paths.append(str(path))
+    with qk.QueueSession() as qs:
+        b = qk.fixed_length_batches(paths, record_bytes=8, batch_size=8, num_epochs=1,
+                                    num_readers=2, read_many="batch", parse_fn=lambda v: {
+                                        "id": tf.io.decode_raw(v, tf.int64)[..., 0]})
+        got = [i for x in qs.iterate(b) for i in x["id"].tolist()]
+    assert sorted(got) == list(range(60))
+
+
+@pytest.mark.parametrize("kw,says", [
+    (dict(shuffle=True), "shuffle needs read_many as an int"),
+    (dict(allow_smaller_final_batch=False), "allow_smaller_final_batch=False"),
+    (dict(read_many="batches"), "'batch': a batch per read"),
+])
+def test_what_whole_batches_refuse_is_named(id_files, kw, says):
+    with tf.Graph().as_default(), pytest.raises(ValueError, match=says):
+        qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1,
+                            **dict(dict(read_many="batch"), **kw))
+
+
+def test_a_saved_position_resumes_whole_batches_exactly(tmp_path, id_files):
+    """saver.save after 5 batches of 2 readers, then a restore: the rest of the epoch is
+    every record not consumed before, once."""
+    prefix = str(tmp_path / "ck" / "model")
+
+    def build():
+        v1.train.get_or_create_global_step()
+        return qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1, num_readers=2,
+                                   read_many="batch")
+
+    with qk.QueueSession() as qs:
+        b = build()
+        saver = v1.train.Saver()
+        first = [i for _ in range(5) for i in _ids(qs.run(b))]
+        saver.save(qs, prefix)
+    with qk.QueueSession() as qs:
+        b = build()
+        v1.train.Saver().restore(qs, prefix)
+        rest = [i for x in qs.iterate(b) for i in _ids(x)]
+    assert len(first) == 50
+    assert sorted(first + rest) == list(range(4 * PER_FILE))
+
+
+def test_the_input_report_counts_a_whole_batch_per_dequeue(tmp_path, monkeypatch):
+    """A single dequeue of a whole-batch queue takes a batch: records per step is the batch
+    size (files of 40 records, batch 10: every batch full), not one."""
+    monkeypatch.setattr(profile, "SAMPLE_SECS", 0.0)
+    files = [write_image_records(tmp_path / f"f{k}.tfrecords", range(40 * k, 40 * (k + 1)))
+             for k in range(2)]
+    with qk.QueueSession() as qs:
+        b = qk.tfrecord_batches(files, batch_size=10, num_epochs=1, read_many="batch")
+        steps = sum(1 for _ in qs.iterate(b["label"]))
+        (report,) = qs.input_report()
+    assert steps == 8
+    assert report.records_per_step == 10.0
+
+
+def test_bench_reads_batch_in_its_read_many_list():
+    assert read_counts("0,batch,64") == [0, 64, "batch"]
