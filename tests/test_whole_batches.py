@@ -108,3 +108,31 @@ def test_the_input_report_counts_a_whole_batch_per_dequeue(tmp_path, monkeypatch
 
 def test_bench_reads_batch_in_its_read_many_list():
     assert read_counts("0,batch,64") == [0, 64, "batch"]
+
+
+def test_inception_jpegs_with_boxes_in_whole_batches_match_the_usual_path(tmp_path):
+    """Inception's JPEG records with bounding boxes (SparseTensors, queued as their three
+    parts), decoded and resized in the readers: the same batches as read_many=0."""
+    from tests.test_formats import write_inception
+
+    rng = np.random.default_rng(0)
+    images = [rng.integers(0, 255, (h, w, 3), dtype=np.uint8)
+              for h, w in [(40, 60), (64, 48), (33, 33), (50, 70), (45, 45), (60, 40)]]
+    labels = [0, 1, 0, 1, 0, 1]
+    path = write_inception(tmp_path / "imagenet", images, labels,
+                           [f"{i}.jpg" for i in range(6)], ["a", "b"] * 3, bbox=True)
+
+    def batches(read_many):
+        with qk.QueueSession() as qs:
+            b = qk.tfrecord_batches(path, batch_size=4, num_epochs=1, image_size=(32, 24),
+                                    read_many=read_many)
+            return list(qs.iterate(b))
+
+    whole, usual = batches("batch"), batches(0)
+    assert [len(x["label"]) for x in whole] == [len(x["label"]) for x in usual] == [4, 2]
+    for got, want in zip(whole, usual, strict=True):
+        np.testing.assert_array_equal(got["image"], want["image"])
+        assert list(got["label"]) == list(want["label"])
+        for part in ("indices", "values", "dense_shape"):
+            np.testing.assert_array_equal(getattr(got["bbox_xmin"], part),
+                                          getattr(want["bbox_xmin"], part))

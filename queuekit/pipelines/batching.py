@@ -328,18 +328,35 @@ def whole_batches(readers: list[dict], *, capacity: int) -> dict:
     resume); the batch dimension is None (:func:`~queuekit.pad_last_batch` makes it
     static).
     """
-    names = sorted(readers[0])
-    if any(isinstance(v, tf.SparseTensor) for v in readers[0].values()):
-        raise ValueError("read_many='batch' needs dense outputs (give read_many an int)")
-    queue = tf.queue.FIFOQueue(capacity, [readers[0][k].dtype for k in names], names=names,
+    first = _dense_parts(readers[0])
+    names = sorted(first)
+    queue = tf.queue.FIFOQueue(capacity, [first[k].dtype for k in names], names=names,
                                name="whole_batches")
-    _v1.train.add_queue_runner(_v1.train.QueueRunner(queue, [queue.enqueue(r)
+    _v1.train.add_queue_runner(_v1.train.QueueRunner(queue, [queue.enqueue(_dense_parts(r))
                                                              for r in readers]))
     _v1.add_to_collection(GraphKeys.WHOLE_BATCHES, queue.queue_ref.op.name)
-    batch = queue.dequeue()
+    parts = queue.dequeue()
     for k in names:
-        batch[k].set_shape(readers[0][k].shape)
+        parts[k].set_shape(first[k].shape)
+    batch = {}
+    for k, v in readers[0].items():
+        batch[k] = (tf.SparseTensor(*(parts[f"{k}/{p}"] for p in _SPARSE_PARTS))
+                    if isinstance(v, tf.SparseTensor) else parts[k])
     return batch
+
+
+_SPARSE_PARTS = ("indices", "values", "dense_shape")
+
+
+def _dense_parts(tensors: dict) -> dict:
+    """A queue holds dense tensors: a SparseTensor (Inception's boxes) as its three parts."""
+    out = {}
+    for k, v in tensors.items():
+        if isinstance(v, tf.SparseTensor):
+            out.update({f"{k}/{p}": getattr(v, p) for p in _SPARSE_PARTS})
+        else:
+            out[k] = v
+    return out
 
 
 def make_batch(tensors_list, *, batch_size, shuffle, seed, capacity, min_after_dequeue,
