@@ -21,12 +21,12 @@ pipeline (not a work queue's: its chief keeps books of its own) is built with
 - each record's reader key (``<file>:<byte offset>``, ``<file>:<record
   index>`` for fixed-length records, ``<file>:0`` for an image file) as a
   hidden batch component, taken out again by :func:`take_consumed`: every
-  run that takes a batch out of the batch queue counts its keys in a table in
+  run that takes a batch out of the batch queue puts its keys in a queue in
   the graph (consumption, and what a checkpoint saves), which the session
   drains now and then. Fetching the keys into Python with every step cost
   about 5% of workload (a) (the runner threads wait for the GIL); counting
-  them behind a ``Switch`` about 1.5%, into a queue beside the step about 9%
-  with ``read_many`` (``docs/benchmarks.rst``).
+  them behind a ``Switch`` about 1.5%; counting them in a table in the step
+  more than the queue (``docs/benchmarks.rst``).
 
 The pipeline's :class:`InputPosition` is in
 ``graph_objects(graph, GraphKeys.INPUT_POSITIONS)``; ``queuekit.session.position``
@@ -78,9 +78,9 @@ class InputPosition:
     drop_files: Any = None  # op: the resumed epoch's producer leaves consumed_whole out
     # Per reader: ((keys, values) of its plain read, (keys, values) of its skipping read).
     reads: list = dataclasses.field(default_factory=list)
-    consumed: Any = None  # the table: reader key -> times a run took that record out
-    tally: Any = None  # op: consumed counts from now on (a queuekit session tallies)
-    drain: Any = None  # (keys, counts) of the consumed table, which it empties
+    consumed: Any = None  # a queue of the reader keys of each batch a run took out
+    tally: Any = None  # op: consumed notes from now on (a queuekit session tallies)
+    drain: Any = None  # (size, n, keys): the queue's size; the keys of n elements, taken out
 
 
 def epoch_files(files, num_epochs: int | None, shuffle: bool, seed: int | None, *,
@@ -200,33 +200,28 @@ def _quiet_guard(position: InputPosition) -> None:
 
 
 def take_consumed(position: InputPosition, batch: dict) -> dict:
-    """The batch the user gets: the reader keys taken out, and every component made to count
+    """The batch the user gets: the reader keys taken out, and every component made to note
     them in ``position.consumed`` in the run that takes it (once a session ran
-    ``position.tally``: a session that never drains the table must not grow it)."""
+    ``position.tally``: a session that never drains the queue must not grow it).
+
+    A queue, not a table counted in the step: an enqueue is one op that needs no lock
+    (several runs may take batches at once, and the session drains meanwhile), where a
+    look-up and an insert need a critical section around them. The table cost 12% of the
+    records/s of small records read a batch at a time, the queue 4.5%
+    (``docs/benchmarks.rst``)."""
     keys = batch.pop(POSITION_KEY)
     with tf.name_scope("consumed"):
-        table = position.consumed = _scratch_table("consumed")
-        tallying = _v1.Variable(False, trainable=False, name="tallying",
+        # An element per batch; unbounded: the session drains it every thousand runs.
+        queue = position.consumed = tf.queue.PaddingFIFOQueue(-1, [tf.string], shapes=[[None]],
+                                                              name="consumed_keys")
+        tallying = _v1.Variable(0, dtype=tf.int32, trainable=False, name="tallying",
                                 collections=[_v1.GraphKeys.LOCAL_VARIABLES], use_resource=True)
-        position.tally = tallying.assign(True)
-
-        def add():
-            unique, _, n = tf.unique_with_counts(keys)  # a record twice in one batch: 2
-            # Masked, not a cond: nothing at all is noted until a session tallies.
-            on = tf.fill(tf.shape(unique), tallying.read_value())
-            return table.insert(tf.boolean_mask(unique, on), tf.boolean_mask(
-                table.lookup(unique) + tf.cast(n, tf.int64), on))
-
-        def drain():
-            k, n = table.export()
-            with tf.control_dependencies([k, n]):
-                gone = table.remove(k)
-            with tf.control_dependencies([gone]):
-                return tf.identity(k), tf.identity(n)
-
-        noted = position.guard.execute(lambda: tf.group(add()))
-        position.drain = position.guard.execute(drain)
-        _quiet_guard(position)
+        position.tally = tallying.assign(1)
+        # Sliced, not a cond: no element at all until a session tallies.
+        noted = queue.enqueue_many([tf.expand_dims(keys, 0)[:tallying.read_value()]])
+        count = _v1.placeholder(tf.int32, [], name="drain_count")
+        # Padded with b"" (never a reader key) to the longest batch taken.
+        position.drain = (queue.size(), count, tf.reshape(queue.dequeue_many(count), [-1]))
     with tf.control_dependencies([noted]):
         return {k: _identity(v) for k, v in batch.items()}
 

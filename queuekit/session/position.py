@@ -3,9 +3,9 @@ resumed from it, so a killed job delivers every record once per epoch.
 
 For each resumable pipeline of the graph (:mod:`queuekit.pipelines.position`)
 a :class:`Tally` counts, per record, how many times a run took it out of the
-batch queue: the graph counts each batch's reader keys in a table in the run
+batch queue: the graph puts each batch's reader keys in a queue in the run
 that takes the batch (also a hook's run, or a run on the raw session), and
-the tally drains that table every :data:`_DRAIN_RUNS` runs and before each
+the tally drains that queue every :data:`_DRAIN_RUNS` runs and before each
 checkpoint (the keys never pass through Python with a step). Records read but
 still in the queues (a shuffle buffer) are not consumed.
 
@@ -33,6 +33,7 @@ import json
 import logging
 import os
 import stat
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -64,22 +65,31 @@ class Tally:
         self._places = [_record_places(f, position) for f in self.files]
         self.counts = [np.zeros(len(p), np.int64) for p in self._places]
         self.skips = 0  # records a restore left to skip
+        self._lock = threading.Lock()
 
     def drain(self, sess) -> None:
-        """Count what the runs consumed since the last drain (the graph's table, emptied)."""
-        keys, repeats = sess.run(self.position.drain)
-        by_file: dict[bytes, list[int]] = {}
-        counts: dict[bytes, list[int]] = {}
-        for key, n in zip(keys.tolist(), repeats.tolist(), strict=True):
-            name, _, place = key.rpartition(b":")
-            by_file.setdefault(name, []).append(int(place))
-            counts.setdefault(name, []).append(n)
-        for name, places in by_file.items():
-            i = self._file_index.get(name)
+        """Count what the runs consumed since the last drain (the graph's queue, emptied)."""
+        size, count, take = self.position.drain
+        with self._lock:  # one drainer: it takes as many elements as it saw, never waits
+            n = int(sess.run(size))
+            if n:
+                self._count(sess.run(take, {count: n}))
+
+    def _count(self, keys: np.ndarray) -> None:
+        keys = keys[keys != b""].astype(bytes)  # b"": the padding of a shorter batch
+        if not len(keys):
+            return
+        parts = np.char.rpartition(keys, b":")
+        names, which = np.unique(parts[:, 0], return_inverse=True)
+        places = parts[:, 2].astype(np.int64)
+        order = np.argsort(which, kind="stable")
+        ends = np.searchsorted(which[order], np.arange(1, len(names) + 1))
+        for name, mine in zip(names, np.split(order, ends[:-1]), strict=True):
+            i = self._file_index.get(bytes(name))
             if i is None or not len(self.counts[i]):
                 continue
-            index = np.searchsorted(self._places[i], places)
-            np.add.at(self.counts[i], np.minimum(index, len(self.counts[i]) - 1), counts[name])
+            index = np.searchsorted(self._places[i], places[mine])
+            np.add.at(self.counts[i], np.minimum(index, len(self.counts[i]) - 1), 1)
 
     def state(self, sess) -> dict[str, Any]:
         self.drain(sess)
