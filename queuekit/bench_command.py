@@ -27,7 +27,7 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--readers", type=reader_counts, default=[1, 2, 4],
                    help="reader counts, comma-separated; auto adds a row tuned while it runs")
     p.add_argument("--threads", type=ints, default=[1, 2])
-    p.add_argument("--read-many", type=read_counts, default=[0, 64],
+    p.add_argument("--read-many", type=read_counts, default=[0, 64, "batch"],
                    help="records per read, comma-separated: 0 is one, batch a whole batch "
                         "queued as it is (read_many='batch')")
     p.add_argument("--batch-size", type=positive, default=32)

@@ -101,7 +101,7 @@ def run_demo(workdir: str = "queuekit-demo", images: int = 600, *, bench: bool =
 
     if bench:
         say("5. bench (a short run; `queuekit bench` for a full one):")
-        report = benchmark(made.outputs, readers=(1, 2), threads=(1,), read_many=(None, 64),
+        report = benchmark(made.outputs, readers=(1, 2), threads=(1,), read_many=(None, "batch"),
                               seconds=1.5, repeat=1, warmup_batches=5, progress=progress)
         say("   " + report.table().replace("\n", "\n   "))
     say(f"done in {time.monotonic() - started:.0f} s; files are under {workdir}")
