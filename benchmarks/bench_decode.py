@@ -8,7 +8,8 @@ of decode + resize to 224x224 + batch of 32 + the seed's normalisation, the batc
 consumed in the graph (a reduce_sum) by a v1 Session, for:
 
 - queuekit ``tfrecord_batches`` (layout detected, ``image_size=224``) with 1 and 2
-  readers, and with ``dct_method="INTEGER_FAST"`` (not bit-exact);
+  readers, with ``dct_method="INTEGER_FAST"`` (not bit-exact), and 2 readers of two
+  threads reading whole batches (``read_many="batch"``: each read decodes a batch);
 - tf.data: ``TFRecordDataset`` -> ``map`` (parse, ``decode_jpeg``, the same resize,
   ``num_parallel_calls=AUTOTUNE``) -> ``batch`` -> the same one-pass normalisation
   -> ``prefetch``, in a ``tf.Graph`` with a one-shot iterator.
@@ -36,6 +37,8 @@ CONFIGS = {
     "queuekit readers=2": {"kind": "queuekit", "readers": 2},
     "queuekit readers=2 INTEGER_FAST": {"kind": "queuekit", "readers": 2,
                                         "dct": "INTEGER_FAST"},
+    "queuekit readers=2 threads=2 read_many=batch": {"kind": "queuekit", "readers": 2,
+                                                     "threads": 2, "read_many": "batch"},
     "tf.data AUTOTUNE": {"kind": "tfdata"},
 }
 SIZE = 224
@@ -85,6 +88,8 @@ def measure(config: dict, files: list[str], seconds: float) -> float:
     with tf.Graph().as_default():
         if config["kind"] == "queuekit":
             batch = qk.tfrecord_batches(files, batch_size=BATCH, num_readers=config["readers"],
+                                        num_threads=config.get("threads", 1),
+                                        read_many=config.get("read_many"),
                                         image_size=SIZE, dct_method=config.get("dct", ""))
             step = tf.reduce_sum(batch["image"])
             qs = qk.QueueSession()
