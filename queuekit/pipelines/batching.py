@@ -237,6 +237,7 @@ def file_batches(files, read, opts: Batching, *, read_many: int | str, name: str
     whole = read_many == WHOLE
     if whole:
         check_whole(opts)
+    # Whole batches vary in size whatever num_epochs says: no warning about the last one.
     allow_smaller = whole or keeps_last_batch(opts.allow_smaller_final_batch, opts.num_epochs)
     with quiet_deprecations(), worker_inputs(device), tf.name_scope(name):
         n_readers, tuned = resolve_count("num_readers", opts.num_readers, opts.max_readers)
