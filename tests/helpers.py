@@ -133,6 +133,16 @@ def without_module(name: str) -> str:
             "sys.meta_path.insert(0, Block())\n")
 
 
+def write_id_binaries(folder, files, per_file):
+    """Fixed-length files of int64 ids (8 bytes a record), ``per_file`` a file, in order."""
+    paths = []
+    for k in range(files):
+        path = folder / f"data_{k}.bin"
+        path.write_bytes(np.arange(per_file * k, per_file * (k + 1), dtype=np.int64).tobytes())
+        paths.append(str(path))
+    return paths
+
+
 def records_per_read(graph):
     """The read_many of the graph's readers (empty: one record per read)."""
     import tensorflow as tf

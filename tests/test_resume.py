@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.helpers import default_signals, write_id_records
+from tests.helpers import default_signals, write_id_binaries, write_id_records
 
 pytestmark = pytest.mark.slow
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resume_job.py")
@@ -126,11 +126,7 @@ def test_whole_batches_two_epochs_every_record_once_per_epoch(tmp_path, files):
 
 def test_fixed_length_records_resume(tmp_path):
     """fixed_length_batches (keys number records, not bytes) resumes exactly too."""
-    paths = []
-    for k in range(3):
-        path = tmp_path / f"data_{k}.bin"
-        path.write_bytes(np.arange(40 * k, 40 * (k + 1), dtype=np.int64).tobytes())
-        paths.append(str(path))
+    paths = write_id_binaries(tmp_path, 3, 40)
     cfg = dict(BASE, files=paths, fixed=True, readers=2, read_many=4, shuffle=True)
     broken, _ = run_with_breaks(tmp_path, cfg, 2, seed=5)
     assert sorted(broken) == list(range(120))

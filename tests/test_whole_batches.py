@@ -10,7 +10,7 @@ import tensorflow as tf
 import queuekit as qk
 from queuekit.arguments import read_counts
 from queuekit.session import profile
-from tests.helpers import v1, write_image_records
+from tests.helpers import v1, write_id_binaries, write_image_records
 
 PER_FILE = 37
 
@@ -45,11 +45,7 @@ def test_every_record_once_per_epoch_in_batches_of_one_file_in_order(id_files, r
 
 def test_fixed_length_records_in_whole_batches(tmp_path):
     """fixed_length_batches with read_many="batch": every record once."""
-    paths = []
-    for k in range(3):
-        path = tmp_path / f"data_{k}.bin"
-        path.write_bytes(np.arange(20 * k, 20 * (k + 1), dtype=np.int64).tobytes())
-        paths.append(str(path))
+    paths = write_id_binaries(tmp_path, 3, 20)
     with qk.QueueSession() as qs:
         b = qk.fixed_length_batches(paths, record_bytes=8, batch_size=8, num_epochs=1,
                                     num_readers=2, read_many="batch", parse_fn=lambda v: {
