@@ -70,7 +70,15 @@ def read_counts(text: str) -> list[int | str]:
     """``0,64`` or ``0,batch``: records per read, ``batch`` meaning a whole batch."""
     parts = [p.strip() for p in text.split(",") if p.strip()]
     numbers = ",".join(p for p in parts if p != "batch")
-    values: list[int | str] = list(ints(numbers, 0)) if numbers else []
+    if numbers or not parts:
+        try:
+            values: list[int | str] = list(ints(numbers, 0))
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated integers of at least 0 or batch, got {text!r}"
+            ) from None
+    else:
+        values = []
     return values + ["batch"] * ("batch" in parts)
 
 

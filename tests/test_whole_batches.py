@@ -1,6 +1,7 @@
 """read_many="batch": each read a whole batch, queued as it is. Every record once, a batch one
 reader's records of one file in order, what it refuses, its resume and its input report."""
 
+import argparse
 import collections
 
 import numpy as np
@@ -104,6 +105,10 @@ def test_the_input_report_counts_a_whole_batch_per_dequeue(tmp_path, monkeypatch
 
 def test_bench_reads_batch_in_its_read_many_list():
     assert read_counts("0,batch,64") == [0, 64, "batch"]
+    assert read_counts("batch") == ["batch"]
+    for bad in ("", "batches", "-1,batch"):
+        with pytest.raises(argparse.ArgumentTypeError, match="or batch"):
+            read_counts(bad)
 
 
 def test_inception_jpegs_with_boxes_in_whole_batches_match_the_usual_path(tmp_path):
