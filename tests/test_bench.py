@@ -17,10 +17,12 @@ def small_file(tmp_path):
 def test_step_ms_makes_the_consumer_the_slow_side(tmp_path):
     """A 50 ms simulated step caps batches/s at 20 and leaves the batch queue nearly full;
     the session's input profile agrees: the steps hardly wait for their batches."""
-    # 256x256x3 records: the default queue holds about 340 of them, filled in a fraction
-    # of the first second.
+    # 256x256x3 records: the default queue holds about 340 of them (64 MB). One reader fills
+    # it within the first second, but on a slow machine not by the first of the fill's
+    # samples (every 10 batches, about 0.6 s in; CI measured 0.74 there). Three seconds give
+    # five samples, so the mean measures the full queue rather than its filling.
     path = write_image_records(tmp_path / "big.tfrecords", range(64), shape=(256, 256, 3))
-    report = qk.benchmark(path, readers=(1,), compare=(), step_ms=50, seconds=1.0,
+    report = qk.benchmark(path, readers=(1,), compare=(), step_ms=50, seconds=3.0,
                           repeat=1, warmup_batches=2, batch_size=8)
     (row,) = report.rows
     assert row.error is None
