@@ -1,11 +1,16 @@
-"""num_readers="auto" against the best fixed row of the grid, on three workloads, one run.
+"""num_readers="auto" against the best fixed row of the grid, on several workloads, one run.
 
     python benchmarks/bench_autotune.py [--seconds 2] [--repeat 3] [--rounds 3]
                                         [--consume graph|numpy] [--workloads a,b,c]
+                                        [--read-many 0] [--images 4000]
 
-Workloads (the issue's): (a) 4,000 records of 256x256x3 raw, no step; (b) the
-demo's data (600 images made at 96x96); (c) (a)'s records with a 30 ms
-simulated step per batch. Each runs the grid 1,2,4 readers x 1,2 threads, the
+Workloads: (a) 4,000 records of 256x256x3 raw, no step; (b) the demo's data
+(600 images made at 96x96); (c) (a)'s records with a 30 ms simulated step per
+batch; (s) the same 4,000 images made at 64x64 (12 KB records); (j) 600 JPEGs
+of 200-500 px in Inception's layout, decoded and resized to 224x224 in the
+readers (``bench_decode.py``'s data). Each runs the grid 1,2,4 readers x 1,2
+threads (x ``--read-many``: ``0,64`` puts the fixed rows that read many
+records per step beside the one-record ones), the
 ``auto`` row and the equal-terms ``tf.data`` row (plus, on (a), the ceilings),
 each configuration in its own process, the whole list ``--rounds`` times in
 turn; a row's rate is the median of its rounds. Prints per workload: the
@@ -28,14 +33,35 @@ import queuekit as qk  # noqa: E402
 from queuekit.demo import generate_images  # noqa: E402
 
 
-def _data(tmp: str) -> dict[str, list[str]]:
-    generate_images(os.path.join(tmp, "big"), 4000)
-    big = qk.write_tfrecords(os.path.join(tmp, "big"), os.path.join(tmp, "a.tfrecords"),
-                             shards=4, progress=False).outputs
-    generate_images(os.path.join(tmp, "demo"), 600)
-    demo = qk.write_tfrecords(os.path.join(tmp, "demo"), os.path.join(tmp, "b.tfrecords"),
-                              image_size=(96, 96), shards=2, progress=False).outputs
-    return {"a": big, "b": demo, "c": big}
+def _data(tmp: str, names: list[str], images: int) -> dict[str, list[str]]:
+    data: dict[str, list[str]] = {}
+    if {"a", "c", "s"} & set(names):
+        generate_images(os.path.join(tmp, "big"), images)
+    if {"a", "c"} & set(names):
+        data["a"] = data["c"] = qk.write_tfrecords(
+            os.path.join(tmp, "big"), os.path.join(tmp, "a.tfrecords"), shards=4,
+            progress=False).outputs
+    if "s" in names:
+        data["s"] = qk.write_tfrecords(
+            os.path.join(tmp, "big"), os.path.join(tmp, "s.tfrecords"), image_size=(64, 64),
+            shards=4, progress=False).outputs
+    if "b" in names:
+        generate_images(os.path.join(tmp, "demo"), 600)
+        data["b"] = qk.write_tfrecords(
+            os.path.join(tmp, "demo"), os.path.join(tmp, "b.tfrecords"), image_size=(96, 96),
+            shards=2, progress=False).outputs
+    if "j" in names:
+        from bench_decode import write_dataset
+
+        os.makedirs(os.path.join(tmp, "jpeg"))
+        data["j"] = write_dataset(os.path.join(tmp, "jpeg"), 600)
+    return data
+
+
+def _joined(reports):
+    """One round's reports (the fixed grid, then auto's row) as one."""
+    rows = [row for r in reports for row in r.rows]
+    return qk.BenchReport(rows, reports[0].machine, planned=len(rows))
 
 
 def _same(report, row):
@@ -44,15 +70,17 @@ def _same(report, row):
                  == (row.kind, row.readers, row.threads, row.read_many)), None)
 
 
-def _auto_lines(report, reports):
+def _auto_lines(report, reports) -> list[float]:
     """auto against the best fixed row: ratio of medians, and the median of the ratios
     within each round (the two ran minutes apart at most: the machine's slow spells cancel);
-    CPU against the 4-reader rows; when its count last changed (undone probes aside)."""
-    best = report.best
+    CPU against the 4-reader rows; when its count last changed (undone probes aside).
+    Returns each auto row's median of per-round ratios."""
+    best, medians = report.best, []
     for auto in (r for r in report.rows if r.readers == "auto" and r.records_per_s):
         paired = [a.records_per_s / b.records_per_s for rep in reports
                   if (a := _same(rep, auto)) and (b := _same(rep, best))
                   and a.records_per_s and b.records_per_s]
+        medians.append(statistics.median(paired))
         print(f"{auto.label}: {auto.records_per_s / best.records_per_s:.3f}x the best fixed row "
               f"({best.label}); median of per-round ratios {statistics.median(paired):.3f} "
               f"{[round(x, 2) for x in paired]}; rounds {auto.runs}")
@@ -70,6 +98,7 @@ def _auto_lines(report, reports):
             changed = f"count last changed at {kept[-1][0]:.1f} s" if kept else "count kept"
             print(f"  {row.label if row else '?'}: {changed}; moves (at, from, to, rate) "
                   f"{[m[:4] for m in moves]}")
+    return medians
 
 
 def main():
@@ -81,33 +110,51 @@ def main():
     ap.add_argument("--workloads", default="a,b,c")
     ap.add_argument("--readers", default="1,2,4,auto")
     ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--read-many", default="0",
+                    help="the fixed rows' read_many values (auto rows choose their own)")
+    ap.add_argument("--images", type=int, default=4000, help="images of (a), (c) and (s)")
     ap.add_argument("--compare", default=None,
                     help="reference rows (bench --compare); default tfdata, and ceilings on (a)")
     args = ap.parse_args()
+    names = args.workloads.split(",")
+    worst: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        data = _data(tmp)
-        for name in args.workloads.split(","):
+        data = _data(tmp, names, args.images)
+        for name in names:
             compare = (("tfdata", "tfdata-batched", "ceilings") if name == "a"
                        else ("tfdata", "tfdata-batched")
                        ) if args.compare is None else tuple(filter(None, args.compare.split(",")))
             readers = [r if r == "auto" else int(r) for r in args.readers.split(",")]
             threads = [int(t) for t in args.threads.split(",")]
-            reports = [qk.benchmark(data[name], readers=readers, threads=threads,
-                                    read_many=(None,), seconds=args.seconds,
-                                    repeat=args.repeat, step_ms=30.0 if name == "c" else 0.0,
-                                    compare=compare, consume=args.consume, progress=True)
-                       for _ in range(args.rounds)]
+            many = [int(k) or None for k in args.read_many.split(",")]
+            grid = [dict(readers=[r for r in readers if r != "auto"], threads=threads,
+                         read_many=many)]
+            if "auto" in readers:  # auto builds one graph whatever the threads and read_many
+                grid.append(dict(readers=["auto"], threads=threads[:1], read_many=[None]))
+            reports = [_joined([qk.benchmark(
+                data[name], **g, seconds=args.seconds, repeat=args.repeat,
+                step_ms=30.0 if name == "c" else 0.0,
+                image_size=(224, 224) if name == "j" else None,
+                compare=compare if i == 0 else (), consume=args.consume, progress=True)
+                for i, g in enumerate(grid)]) for _ in range(args.rounds)]
             report = merge(reports)
-            print(f"\n== workload ({name}), consume={args.consume}")
+            print(f"\n== workload ({name}), consume={args.consume}", flush=True)
             print(report.table())
-            _auto_lines(report, reports)
+            medians = _auto_lines(report, reports)
+            if medians:
+                worst[name] = min(medians)
             tfdata, best = report.reference("tf.data"), report.best
             if tfdata and best:
                 autos = [r for r in report.rows if r.readers == "auto" and r.records_per_s]
                 print(f"best fixed / tf.data: {best.records_per_s / tfdata.records_per_s:.3f}x"
                       + "".join(f"; {a.label} / tf.data: "
                                 f"{a.records_per_s / tfdata.records_per_s:.3f}x" for a in autos)
-                      + f"; tf.data's rounds {tfdata.runs}")
+                      + f"; tf.data's rounds {tfdata.runs}", flush=True)
+    if worst:
+        name = min(worst, key=worst.get)
+        print("\nauto / best fixed row, median of per-round ratios: "
+              + ", ".join(f"({k}) {v:.3f}" for k, v in worst.items())
+              + f"; worst ({name}) {worst[name]:.3f}")
 
 
 if __name__ == "__main__":

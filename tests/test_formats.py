@@ -418,7 +418,7 @@ def test_cifar10_binaries_decode_to_the_right_pixels_and_labels(tmp_path, read_m
         batch = qk.fixed_length_batches([a, b], "cifar10", batch_size=16, num_epochs=1,
                                         shuffle=True, seed=1, num_readers=readers,
                                         max_readers=3, read_many=read_many, normalize=False)
-        expected = {32} if readers == "auto" else {read_many} if read_many else set()
+        expected = {64} if readers == "auto" else {read_many} if read_many else set()
         assert records_per_read(qs.graph) == expected
         seen = []
         for x in qs.iterate(batch):

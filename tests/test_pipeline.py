@@ -321,10 +321,10 @@ def test_image_folder_batches_names_an_image_that_fails_to_decode(tmp_path):
     assert f"the image that failed to decode is {broken}" in " ".join(info.value.__notes__)
 
 
-@pytest.mark.parametrize("shape,per_read", [((4, 6, 3), {32}), ((96, 96, 3), {9}),
+@pytest.mark.parametrize("shape,per_read", [((4, 6, 3), {64}), ((96, 96, 3), {37}),
                                             ((160, 160, 3), set())])
 def test_auto_readers_read_small_raw_records_many_per_step(tmp_path, shape, per_read):
-    """"auto" reads about 256 KiB of small records per step (none over 64 KiB), each once."""
+    """"auto" reads about 1 MiB of small records per step (none over 64 KiB), each once."""
     files = [write_image_records(tmp_path / f"{k}.tfrecords", range(30 * k, 30 * k + 30),
                                  shape=shape) for k in range(2)]
     with qk.QueueSession() as qs:

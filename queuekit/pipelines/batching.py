@@ -32,9 +32,11 @@ from queuekit.pipelines.varlen import element_shapes, shuffled_elements, with_le
 _v1 = tf.compat.v1
 # Default queue memory: elements of the batch queue, in bytes of uint8 images.
 QUEUE_BYTES = 64 * 2**20
-# With num_readers="auto", each read takes about this many bytes of small records.
-AUTO_READ_BYTES = 256 * 2**10
-AUTO_READ_MANY_MAX = 32
+# With num_readers="auto", each read takes about this many bytes of records of at most
+# AUTO_READ_MAX_RECORD bytes (16 to 64 of them; docs/autotune.rst).
+AUTO_READ_BYTES = 2**20
+AUTO_READ_MANY_MAX = 64
+AUTO_READ_MAX_RECORD = 64 * 2**10
 
 
 def default_max_threads() -> int:
@@ -84,11 +86,12 @@ def records_per_read(read_many: int | str | None, num_readers, *, remote: bool =
     :data:`~queuekit.cluster.inputs.REMOTE_READ_MANY`, each read being a
     network round trip; else for ``"auto"`` readers of raw records of
     ``raw_bytes`` (encoded images: the decode, not the step, is the cost)
-    about :data:`AUTO_READ_BYTES`, none below 4 records; else one.
+    about :data:`AUTO_READ_BYTES` (none for records over :data:`AUTO_READ_MAX_RECORD`);
+    else one.
 
     Each read is a session step, and a step costs about the same whatever it
     carries: for the demo's 27 KB records, reading 8 per step made the tuned
-    pipeline faster with less CPU (``docs/autotune.rst``). Large records lose
+    pipeline faster with less CPU, and 64 faster again than 9 (``docs/autotune.rst``). Large records lose
     by it: 2 per step of 196 KB records ran slower (likely ``enqueue_many``,
     which copies each record under the queue's lock while the dequeue waits).
     """
@@ -101,9 +104,8 @@ def records_per_read(read_many: int | str | None, num_readers, *, remote: bool =
         return read_many
     if remote:
         return REMOTE_READ_MANY
-    if raw_bytes is not None and num_readers == "auto":
-        n = min(AUTO_READ_MANY_MAX, AUTO_READ_BYTES // max(1, raw_bytes))
-        return n if n >= 4 else 0
+    if raw_bytes is not None and num_readers == "auto" and raw_bytes <= AUTO_READ_MAX_RECORD:
+        return min(AUTO_READ_MANY_MAX, AUTO_READ_BYTES // max(1, raw_bytes))
     return 0
 
 

@@ -121,7 +121,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         read_many: read up to this many records per step (``read_up_to`` +
             batched ``parse_example`` + ``enqueue_many``); 0 reads one. None
             reads one, or with ``"auto"`` readers, no ``parse_fn`` and raw
-            images, about 256 KiB of records (4 to 32; none for records over
+            images, about 1 MiB of records (16 to 64; none for records over
             64 KiB): small records cost a session step each otherwise.
             ``"batch"``: each read is a whole batch, queued as it is (the
             fastest; no shuffle: a batch is one reader's records of one file in
