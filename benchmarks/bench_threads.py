@@ -9,7 +9,9 @@ of --seconds while the loop takes batches (summed in the graph, like a step).
 Threads are grouped by name: TensorFlow names its pools (``tf_Compute``,
 ``tf_data_private_threadpool``...), Python threads are named by ``threading``
 (queuekit's runner threads ``queuekit-runner-<queue>-<n>``; the loop is
-``MainThread``). Prints, per configuration, records/s and each group's CPU in
+``MainThread``). Threads nobody named carry the process's name; here those
+are mostly the single-thread pool each TF reader kernel (``ReaderRead``,
+``ReaderReadUpTo``) runs its reads on. Prints, per configuration, records/s and each group's CPU in
 microseconds per record and % of one core (medians over rounds): which threads
 do the work, and how much of it.
 """
@@ -56,9 +58,12 @@ def thread_cpu() -> dict[int, tuple[str, float]]:
 
 
 def group(name: str) -> str:
-    """A thread's group: its name without numbers (runner threads by their kind of queue)."""
+    """A thread's group: its name without numbers; runner threads by their queue, without
+    the pipeline's scope; threads neither TF nor Python named ("python", the process's)."""
     if name.startswith("queuekit-runner-"):
-        name = "queuekit-runner-" + name.rsplit("/", 1)[-1]
+        name = "runner " + name.removeprefix("queuekit-runner-").split("/", 1)[-1]
+    if name == "python":
+        return "unnamed (TF's reader kernels' own)"
     return re.sub(r"[-_]?\d+$", "", re.sub(r"_\d+", "", name)) or name
 
 
@@ -113,15 +118,14 @@ def main():
         groups = sorted({g for r in runs for g in r["cpu"]},
                         key=lambda g: -statistics.median(r["cpu"].get(g, 0.0) for r in runs))
         print(f"\n{label}: {rate:,.0f} rec/s")
-        total = [sum(r["cpu"].values()) for r in runs]
         for g in groups:
             us = statistics.median(1e6 * r["cpu"].get(g, 0.0) / r["records"] for r in runs)
             pct = statistics.median(100 * r["cpu"].get(g, 0.0) / r["wall"] for r in runs)
             if pct >= 0.5:
                 print(f"  {g:40s} {us:8.1f} µs/rec  {pct:6.1f}%")
-        print(f"  {'all threads':40s} "
-              f"{statistics.median(1e6 * t / r['records'] for t, r in zip(total, runs)):8.1f}"
-              f" µs/rec  {statistics.median(100 * t / r['wall'] for t, r in zip(total, runs)):6.1f}%")
+        us = statistics.median(1e6 * sum(r["cpu"].values()) / r["records"] for r in runs)
+        pct = statistics.median(100 * sum(r["cpu"].values()) / r["wall"] for r in runs)
+        print(f"  {'all threads':40s} {us:8.1f} µs/rec  {pct:6.1f}%")
 
 
 if __name__ == "__main__":
