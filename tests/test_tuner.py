@@ -131,12 +131,12 @@ class Pipeline:
         return self._fill(self.gate.active)
 
 
-def _tune(cpu_per_record, until, what, total=6):
-    """A tuner on a consumer-bound Pipeline; its history once ``until(history)`` holds."""
+def _tune(cpu_per_record, until, what, total=6, fill=lambda k: 1.0, rate=lambda k: 1000.0):
+    """A tuner on a Pipeline (consumer-bound unless ``fill`` says otherwise); its history
+    once ``until(history)`` holds."""
     coord = tf.compat.v1.train.Coordinator()
     gate = tuner.Gate(total, tuner.first_count(total))
-    pipe = Pipeline(gate, rate=lambda k: 1000.0, cpu_per_record=cpu_per_record,
-                    fill=lambda k: 1.0)
+    pipe = Pipeline(gate, rate=rate, cpu_per_record=cpu_per_record, fill=fill)
     t = tuner.Tuner("q", gate, coord, pipe.enqueues, pipe.fill, cpu=pipe.cpu)
     t.thread.start()
     try:
@@ -170,6 +170,24 @@ def test_a_full_queue_keeps_threads_whose_records_cost_less_cpu():
     assert [(d.from_count, d.to_count) for d in history if not d.reason.startswith("undo")][
         :1] == [(3, 4)]
     assert "queue full, less CPU per record" in {d.reason for d in history}
+
+
+def test_a_queue_still_filling_gets_no_threads_until_its_fill_stops_rising():
+    """A low fill that rises is readers ahead of the step (every queue starts empty): no
+    growth then; once it holds low, the queue is starving and gets a thread."""
+    start = time.monotonic()
+    filled_at = 1.6  # the fill rises 0.15 a second (0.07 a window) to 0.24, then holds
+
+    def fill(k):
+        return 0.15 * min(time.monotonic() - start, filled_at)
+
+    history = _tune(lambda k: 1e-4, lambda h: h, "add a thread", fill=fill,
+                    rate=lambda k: 1000.0 * k)
+    assert (history[0].from_count, history[0].to_count) == (3, 4)
+    assert history[0].reason == "more input needed"
+    # The move was measured for a window: it began after the fill (almost) stopped rising.
+    began = history[0].at - tuner.SETTLE_SECS - tuner.WINDOW_SECS
+    assert began > filled_at - 0.3, history
 
 
 @pytest.mark.parametrize("max_readers", [1, 2, 4])

@@ -8,8 +8,12 @@ that runner a :class:`Gate` (thread i enqueues only while i < active) and a
 - every window it measures the production rate (completed enqueues per
   second, counted by the runner threads), the queue's mean fill and the
   process's CPU seconds per enqueue;
-- a starved queue (fill below ``LOW``: the input is the slow side) gets one
-  more active thread; a growth that lowers the rate is undone (between two
+- a starved queue (fill below ``LOW`` and not rising: the input is the slow
+  side) gets one more active thread. A low fill that rises by ``RISE`` in a
+  window is a queue its readers are filling faster than the step drains it
+  (every queue starts so): more threads cannot help the step there, and
+  growing through the first seconds left 12 KB records read 64 at a time at
+  8 readers where 1 was faster. A growth that lowers the rate is undone (between two
   windows of one count the rate varies by about 3% here, so a rule of "must
   gain 5%" undid moves that paid, and one of "may lose 5%" kept moves that
   cost, up to the maximum). One at a time, not doubling: from half the
@@ -47,6 +51,7 @@ log = logging.getLogger("queuekit.tune")
 # queuekit.pipelines add to it (pipelines and session do not import each other;
 # tests/test_tuner.py checks both spell it the same).
 LOW, HIGH = 0.25, 0.75  # queue fill below which input is starving, above which it leads
+RISE = 0.05  # a window's rise in fill (of capacity) that says the readers are ahead
 MARGIN = 0.05  # a rate or CPU change within this fraction is noise; beyond it, a gain or a loss
 WINDOW_SECS = 0.75  # one measurement
 SETTLE_SECS = 0.15  # after a move, before measuring: in-flight steps finish
@@ -108,6 +113,7 @@ class Sample:
     rate: float  # enqueues/s
     fill: float  # the queue's mean fill, 0 to 1
     cpu: float  # process CPU seconds per enqueue (inf when nothing was enqueued)
+    rise: float = 0.0  # the fill's change over the window (its last readings against its first)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,12 +188,14 @@ class Tuner:
                 fills.append(fill)
         count = self._enqueues() - count0
         cpu = (self._cpu() - cpu0) / count if count else math.inf
+        # Two readings at each end: one reading of a nearly empty queue is noise.
+        rise = statistics.mean(fills[-2:]) - statistics.mean(fills[:2]) if fills else 0.0
         return Sample(count / (time.monotonic() - t0),
-                      statistics.mean(fills) if fills else 0.0, cpu)
+                      statistics.mean(fills) if fills else 0.0, cpu, rise)
 
     def _step(self, s: Sample) -> Sample | None:
         k = self.gate.active
-        if s.fill < LOW and k < self.gate.total and self._may(k, k + 1):
+        if s.fill < LOW and s.rise < RISE and k < self.gate.total and self._may(k, k + 1):
             return self._try(k, k + 1, s, lambda a: a.rate >= s.rate)
         if s.fill > HIGH and s.rate == 0 and k > 1:
             # Nobody drains the queue: the paused threads are not needed until it does.
