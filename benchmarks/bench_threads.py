@@ -9,11 +9,11 @@ of --seconds while the loop takes batches (summed in the graph, like a step).
 Threads are grouped by name: TensorFlow names its pools (``tf_Compute``,
 ``tf_data_private_threadpool``...), Python threads are named by ``threading``
 (queuekit's runner threads ``queuekit-runner-<queue>-<n>``; the loop is
-``MainThread``). Threads nobody named carry the process's name; here those
-are mostly the single-thread pool each TF reader kernel (``ReaderRead``,
-``ReaderReadUpTo``) runs its reads on. Prints, per configuration, records/s and each group's CPU in
-microseconds per record and % of one core (medians over rounds): which threads
-do the work, and how much of it.
+``MainThread``). Threads nobody named carry the process's name ("unnamed"
+here): in queuekit's rows mostly the single-thread pool each TF reader
+kernel (``ReaderRead``, ``ReaderReadUpTo``) runs its reads on. Prints, per
+configuration, records/s and each group's CPU in microseconds per record and
+% of one core (medians over rounds): which threads do the work, and how much.
 """
 
 import argparse
@@ -59,11 +59,12 @@ def thread_cpu() -> dict[int, tuple[str, float]]:
 
 def group(name: str) -> str:
     """A thread's group: its name without numbers; runner threads by their queue, without
-    the pipeline's scope; threads neither TF nor Python named ("python", the process's)."""
+    the pipeline's scope; "unnamed" for threads neither TF nor Python named (they carry
+    the process's name, "python")."""
     if name.startswith("queuekit-runner-"):
         name = "runner " + name.removeprefix("queuekit-runner-").split("/", 1)[-1]
     if name == "python":
-        return "unnamed (TF's reader kernels' own)"
+        return "unnamed"
     return re.sub(r"[-_]?\d+$", "", re.sub(r"_\d+", "", name)) or name
 
 
