@@ -162,6 +162,17 @@ def test_a_full_queue_gives_back_threads_that_cost_cpu():
     assert history[-1].cpu_ms == pytest.approx(0.1, rel=0.01)
 
 
+def test_a_full_queue_gives_back_threads_that_cost_no_more_cpu_within_a_bound():
+    """Consumer-bound, each thread fewer costing 3% more CPU per record: threads blocked on
+    a full queue are given back while the CPU stays within 5% of the least seen, so the
+    small rises do not add up: 3 -> 2 (+3%) is kept, 2 -> 1 (+6% of the least) undone."""
+    history = _tune(lambda k: 1e-4 * 1.03 ** (3 - k),
+                    lambda h: any(d.reason.startswith("undo") for d in h), "undo a move")
+    kept = [(d.from_count, d.to_count) for d in history if not d.reason.startswith("undo")]
+    assert kept == [(3, 2)]
+    assert (history[-1].from_count, history[-1].to_count) == (1, 2)  # the undone 2 -> 1
+
+
 def test_a_full_queue_keeps_threads_whose_records_cost_less_cpu():
     """Consumer-bound, CPU per record falling with threads (TF's pools spin between one
     thread's steps): a give-back is tried and undone, more threads are kept."""

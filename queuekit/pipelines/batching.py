@@ -91,9 +91,10 @@ def records_per_read(read_many: int | str | None, num_readers, *, remote: bool =
 
     Each read is a session step, and a step costs about the same whatever it
     carries: for the demo's 27 KB records, reading 8 per step made the tuned
-    pipeline faster with less CPU, and 64 faster again than 9 (``docs/autotune.rst``). Large records lose
-    by it: 2 per step of 196 KB records ran slower (likely ``enqueue_many``,
-    which copies each record under the queue's lock while the dequeue waits).
+    pipeline faster with less CPU, and 64 faster again than 9
+    (``docs/autotune.rst``). Large records lose by it: 2 per step of 196 KB
+    records ran slower (likely ``enqueue_many``, which copies each record under
+    the queue's lock while the dequeue waits).
     """
     if read_many == WHOLE:
         return WHOLE
