@@ -11,9 +11,8 @@ that runner a :class:`Gate` (thread i enqueues only while i < active) and a
 - a starved queue (fill below ``LOW`` and not rising: the input is the slow
   side) gets one more active thread. A low fill that rises by ``RISE`` in a
   window is a queue its readers are filling faster than the step drains it
-  (every queue starts so): more threads cannot help the step there, and
-  growing through the first seconds left 12 KB records read 64 at a time at
-  8 readers where 1 was faster. A growth that lowers the rate is undone (between two
+  (every queue starts so): more threads cannot help the step there. A growth
+  that lowers the rate is undone (between two
   windows of one count the rate varies by about 3% here, so a rule of "must
   gain 5%" undid moves that paid, and one of "may lose 5%" kept moves that
   cost, up to the maximum). One at a time, not doubling: from half the
@@ -24,8 +23,9 @@ that runner a :class:`Gate` (thread i enqueues only while i < active) and a
   the step: the tuner tries one thread fewer, then one more. It keeps one
   fewer if the queue stayed fed and the CPU per enqueue stayed within
   ``MARGIN`` of the least it measured with the queue full (threads blocked on
-  a full queue slow its dequeue: 12 KB records read 64 at a time ran 0.93x
-  at 8 threads, 0.99x at the 1 it reached this way), one more only if the
+  a full queue slow its dequeue: 12 KB records read 64 at a time ran 0.92x to
+  0.94x one reader at 8 threads, 0.97x to 0.99x at the 1 it reached this
+  way; docs/autotune.rst), one more only if the
   CPU per enqueue fell by ``MARGIN``. One
   fewer is not always cheaper: TF's thread pools spin between the steps of a
   single reader thread, and on 2 cores one reader cost 37% CPU where four
