@@ -24,7 +24,7 @@ that runner a :class:`Gate` (thread i enqueues only while i < active) and a
   fewer if the queue stayed fed and the CPU per enqueue stayed within
   ``MARGIN`` of the least it measured with the queue full (threads blocked on
   a full queue slow its dequeue: 12 KB records read 64 at a time ran 0.92x to
-  0.94x one reader at 8 threads, 0.97x to 0.99x at the 1 it reached this
+  0.98x one reader at 8 threads, 0.97x to 0.99x at the 1 it reached this
   way; docs/autotune.rst), one more only if the
   CPU per enqueue fell by ``MARGIN``. One
   fewer is not always cheaper: TF's thread pools spin between the steps of a
