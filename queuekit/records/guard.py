@@ -11,12 +11,14 @@ the second fails at once, naming the lock.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import os
 import signal
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -124,7 +126,10 @@ def workers_end_first(marker: str) -> Iterator[None]:
     For Beam's worker processes: the job's own clean-up (in Beam's ``finally``) waits for
     each worker to exit, and a worker that was still starting when the signal came never
     does (it waits for a runner that is gone): the command hung after SIGTERM. A worker
-    may also start while the job unwinds, hence the thread. Ignored and default
+    may also start while the job unwinds, hence the thread, and after the block (a worker
+    forked before the reaper's last look and exec'd after it outlived the command once in
+    CI, holding its pipes), hence a last look at exit, after Python joined the job's
+    threads. Ignored and default
     dispositions are left alone, as is a handler that defers the signal
     (:func:`signals_deferred`); only in the main thread.
     """
@@ -141,6 +146,7 @@ def workers_end_first(marker: str) -> Iterator[None]:
         _kill(marker, before)
         if not reaper.is_alive() and not done.is_set():
             reaper.start()
+            atexit.register(_last_look, marker, before)
         return previous[signum](signum, frame)
 
     for signum in _ENDING:
@@ -161,6 +167,15 @@ def workers_end_first(marker: str) -> Iterator[None]:
 def _reap(marker: str, before: set[int], done: threading.Event) -> None:
     while not done.wait(0.05):
         _kill(marker, before)
+
+
+def _last_look(marker: str, before: set[int], seconds: float = 0.3) -> None:
+    """At exit after an ending signal: kill the workers started since, for a moment (a
+    fork shows the worker's command line only once it has exec'd)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        _kill(marker, before)
+        time.sleep(0.02)
 
 
 def _kill(marker: str, before: set[int]) -> None:
