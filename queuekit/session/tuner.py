@@ -12,23 +12,22 @@ that runner a :class:`Gate` (thread i enqueues only while i < active) and a
   side) gets one more active thread. A low fill that rises by ``RISE`` in a
   window is a queue its readers are filling faster than the step drains it
   (every queue starts so): more threads cannot help the step there. A growth
-  that lowers the rate is undone (between two
-  windows of one count the rate varies by about 3% here, so a rule of "must
-  gain 5%" undid moves that paid, and one of "may lose 5%" kept moves that
-  cost, up to the maximum). One at a time, not doubling: from half the
-  threads a doubling is a jump to all of them, a probe that cost up to 40% of
-  a window's records on the demo's data when it did not pay;
+  that lowers the rate is undone (between two windows of one count the rate
+  varies by about 3% here, so a rule of "must gain 5%" undid moves that paid,
+  and one of "may lose 5%" kept moves that cost, up to the maximum). One at a
+  time, not doubling: from half the threads a doubling is a jump to all of
+  them, a probe that cost up to 40% of a window's records on the demo's data
+  when it did not pay;
 - a full queue (fill above ``HIGH``: the training step is the slow side) has
   its records' rate set by the step, so what input can still save is CPU for
   the step: the tuner tries one thread fewer, then one more. It keeps one
   fewer if the queue stayed fed and the CPU per enqueue stayed within
   ``MARGIN`` of the least it measured with the queue full (threads blocked on
   a full queue slow its dequeue: 12 KB records read 64 at a time ran 0.92x to
-  0.98x one reader at 8 threads, 0.97x to 0.99x at the 1 it reached this
-  way; docs/autotune.rst), one more only if the
-  CPU per enqueue fell by ``MARGIN``. One
-  fewer is not always cheaper: TF's thread pools spin between the steps of a
-  single reader thread, and on 2 cores one reader cost 37% CPU where four
+  0.98x one reader at 8 threads, 0.97x to 0.99x at the 1 it reached this way;
+  docs/autotune.rst), one more only if the CPU per enqueue fell by ``MARGIN``.
+  One fewer is not always cheaper: TF's thread pools spin between the steps of
+  a single reader thread, and on 2 cores one reader cost 37% CPU where four
   cost 25-28% for the same records (README, Benchmarks, workload c). A queue
   that nobody drains gives threads back outright;
 - a move that was undone is not retried from the same count until
