@@ -410,6 +410,29 @@ def test_every_step_is_counted_across_drains_and_a_plain_session_counts_nothing(
             coord.join(threads, stop_grace_period_secs=10)
 
 
+def test_files_named_with_colons_and_bytes_not_utf8_count_each_record_consumed(tmp_path):
+    """A reader key is ``<file>:<offset>``, split at its last colon, byte-wise: files whose
+    names hold colons and a byte that is not UTF-8 count exactly the records consumed."""
+    files = []
+    for k, name in enumerate((b"a:b:7", b"c\xff:1 x")):
+        plain = write_id_records(tmp_path / f"p{k}", PER_FILE, start=PER_FILE * k)
+        odd = os.path.join(os.fsencode(tmp_path), name + b".tfrecords")
+        os.rename(plain, odd)
+        files.append(os.fsdecode(odd))
+    prefix = str(tmp_path / "ck" / "model")
+    with qk.QueueSession() as qs:
+        batch = _ids_batch(files)
+        saver = v1.train.Saver()
+        ids = set(_consume(qs, batch, 9))  # 45 of 60: into the second file
+        saver.save(qs, prefix)
+    (pipeline,) = json.loads(open(prefix + ".queuekit-input").read())["pipelines"]
+    assert [os.fsencode(f) for f, _, _ in pipeline["files"]] == [os.fsencode(f) for f in files]
+    for k, runs in enumerate(pipeline["counts"]):
+        counts = [v for v, n in runs for _ in range(n)]
+        assert counts == [int(PER_FILE * k + j in ids) for j in range(PER_FILE)]
+    assert len(ids) == 45
+
+
 def test_image_folder_batches_resume_by_file(tmp_path):
     """image_folder_batches: each image is a record; shuffled over two epochs, a checkpoint
     after 3 batches and a restart deliver every image exactly twice."""

@@ -73,15 +73,12 @@ class Tally:
         with self._lock:  # one drainer: it takes as many elements as it saw, never waits
             n = int(sess.run(size))
             if n:
-                self._count(sess.run(take, {count: n}))
+                self._count(*sess.run(take, {count: n}))
 
-    def _count(self, keys: np.ndarray) -> None:
-        keys = keys[keys != b""].astype(bytes)  # b"": the padding of a shorter batch
-        if not len(keys):
+    def _count(self, names: np.ndarray, which: np.ndarray, places: np.ndarray) -> None:
+        """Count drained keys, split by the graph: ``names[which[k]]`` is key k's file."""
+        if not len(places):
             return
-        parts = np.char.rpartition(keys, b":")
-        names, which = np.unique(parts[:, 0], return_inverse=True)
-        places = parts[:, 2].astype(np.int64)
         order = np.argsort(which, kind="stable")
         ends = np.searchsorted(which[order], np.arange(1, len(names) + 1))
         for name, mine in zip(names, np.split(order, ends[:-1]), strict=True):
