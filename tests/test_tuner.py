@@ -1,6 +1,7 @@
 """num_readers="auto": the tuner's moves on a producer whose speed the test sets, and the
 guarantees (exactly once, errors, Ctrl-C, no thread left) while threads are paused."""
 
+import os
 import signal
 import threading
 import time
@@ -199,6 +200,29 @@ def test_a_queue_still_filling_gets_no_threads_until_its_fill_stops_rising():
     # The move was measured for a window: it began after the fill (almost) stopped rising.
     began = history[0].at - tuner.SETTLE_SECS - tuner.WINDOW_SECS
     assert began > filled_at - 0.3, history
+
+
+def _parse_ids(serialized):
+    """The ids of one record or of a vector of them."""
+    parse = tf.io.parse_example if serialized.shape.rank else tf.io.parse_single_example
+    return {"id": parse(serialized, {"id": tf.io.FixedLenFeature([], tf.int64)})["id"]}
+
+
+@pytest.mark.parametrize("read_many", [None, 16, "batch"])
+def test_reads_of_many_records_start_at_one_thread_per_core(tmp_path, monkeypatch, read_many):
+    """One record per read starts at half the threads; reads of many records (or whole
+    batches) at no more than one thread per core, as more only wait on a full queue."""
+    monkeypatch.setattr(tuner, "SETTLE_SECS", 600.0)  # the tuner's first window never ends
+    with qk.QueueSession() as qs:
+        b = qk.tfrecord_batches(_files(tmp_path, 4, 40), batch_size=8, num_epochs=1,
+                                num_readers="auto", max_readers=8, read_many=read_many,
+                                parse_fn=_parse_ids)
+        qs.start()
+        state = _state(qs)
+        ids = [i for x in qs.iterate(b) for i in x["id"].tolist()]
+    assert state.maximum == 16  # 8 readers, two threads each
+    assert state.active == (8 if read_many is None else min(8, os.cpu_count()))
+    assert sorted(ids) == list(range(160))
 
 
 @pytest.mark.parametrize("max_readers", [1, 2, 4])

@@ -79,11 +79,14 @@ class SessionThreads:
             return False
         queue_ops(self._graph).update(runners)
         tuned = {os.fsdecode(n) for n in self._graph.get_collection(GraphKeys.AUTOTUNE)}
+        whole = {os.fsdecode(n) for n in self._graph.get_collection(GraphKeys.WHOLE_BATCHES)}
         tuners = []
         for qr in runners[self._n_runners:]:
             name = qr.queue.queue_ref.op.name
             if name in tuned and name not in self.runners.gates and len(qr.enqueue_ops) > 1:
-                gate = Gate(len(qr.enqueue_ops), first_count(len(qr.enqueue_ops)))
+                gate = Gate(len(qr.enqueue_ops), first_count(
+                    len(qr.enqueue_ops), many=name in whole
+                    or qr.enqueue_ops[0].type.startswith("QueueEnqueueMany")))
                 tuners.append(Tuner(name, gate, self.coord,
                                     lambda q=name: self.runners.enqueues.get(q, 0),
                                     lambda q=name: self.runners.fill(q)))
