@@ -10,7 +10,8 @@ batch; (s) the same 4,000 images made at 64x64 (12 KB records); (j) 600 JPEGs
 of 200-500 px in Inception's layout, decoded and resized to 224x224 in the
 readers (``bench_decode.py``'s data). Each runs the grid 1,2,4 readers x 1,2
 threads (x ``--read-many``: ``0,64`` puts the fixed rows that read many
-records per step beside the one-record ones), the
+records per step beside the one-record ones, ``0,64,batch`` adds whole
+batches), the
 ``auto`` row and the equal-terms ``tf.data`` row (plus, on (a), the ceilings),
 each configuration in its own process, the whole list ``--rounds`` times in
 turn; a row's rate is the median of its rounds. Prints per workload: the
@@ -101,6 +102,24 @@ def _auto_lines(report, reports) -> list[float]:
     return medians
 
 
+def _reference_line(report, reports, kind: str) -> None:
+    """The best fixed row and each auto row against ``kind`` (``tf.data`` vectorised or
+    per record): the ratio of the medians, and the median of the ratios within a round,
+    each round's best fixed row against the reference of that round."""
+    ref = report.reference(kind)
+    if ref is None or report.best is None:
+        return
+    per_round = [b.records_per_s / t.records_per_s for rep in reports
+                 if (b := rep.best) and (t := rep.reference(kind))
+                 and b.records_per_s and t.records_per_s]
+    autos = [r for r in report.rows if r.readers == "auto" and r.records_per_s]
+    print(f"best fixed / {kind}: {report.best.records_per_s / ref.records_per_s:.3f}x "
+          f"(median of per-round ratios {statistics.median(per_round):.3f} "
+          f"{[round(x, 2) for x in per_round]})"
+          + "".join(f"; {a.label}: {a.records_per_s / ref.records_per_s:.3f}x" for a in autos)
+          + f"; {kind}'s rounds {ref.runs}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=2.0)
@@ -126,7 +145,7 @@ def main():
                        ) if args.compare is None else tuple(filter(None, args.compare.split(",")))
             readers = [r if r == "auto" else int(r) for r in args.readers.split(",")]
             threads = [int(t) for t in args.threads.split(",")]
-            many = [int(k) or None for k in args.read_many.split(",")]
+            many = [k if k == "batch" else int(k) or None for k in args.read_many.split(",")]
             grid = [dict(readers=[r for r in readers if r != "auto"], threads=threads,
                          read_many=many)]
             if "auto" in readers:  # auto builds one graph whatever the threads and read_many
@@ -143,13 +162,8 @@ def main():
             medians = _auto_lines(report, reports)
             if medians:
                 worst[name] = min(medians)
-            tfdata, best = report.reference("tf.data"), report.best
-            if tfdata and best:
-                autos = [r for r in report.rows if r.readers == "auto" and r.records_per_s]
-                print(f"best fixed / tf.data: {best.records_per_s / tfdata.records_per_s:.3f}x"
-                      + "".join(f"; {a.label} / tf.data: "
-                                f"{a.records_per_s / tfdata.records_per_s:.3f}x" for a in autos)
-                      + f"; tf.data's rounds {tfdata.runs}", flush=True)
+            for kind in ("tf.data batch-then-parse", "tf.data"):
+                _reference_line(report, reports, kind)
     if worst:
         name = min(worst, key=worst.get)
         print("\nauto / best fixed row, median of per-round ratios: "
