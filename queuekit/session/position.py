@@ -48,7 +48,7 @@ from queuekit.session.start import SessionInterface
 
 log = logging.getLogger(__name__)
 SUFFIX = ".queuekit-input"
-_DRAIN_RUNS = 1000  # runs between two drains of the graph's consumed tables (their memory)
+_DRAIN_RUNS = 1000  # runs between two drains of the graph's queue (its memory)
 FORMAT = 1
 _SAVE_OPS = ("SaveV2", "Save", "SaveSlices", "MergeV2Checkpoints")
 _RESTORE_OPS = ("RestoreV2", "Restore", "RestoreSlice")
@@ -69,11 +69,8 @@ class Tally:
 
     def drain(self, sess) -> None:
         """Count what the runs consumed since the last drain (the graph's queue, emptied)."""
-        size, count, take = self.position.drain
-        with self._lock:  # one drainer: it takes as many elements as it saw, never waits
-            n = int(sess.run(size))
-            if n:
-                self._count(*sess.run(take, {count: n}))
+        with self._lock:  # one drainer at a time: its run takes what it counted, never waits
+            self._count(*sess.run(self.position.drain))
 
     def _count(self, names: np.ndarray, which: np.ndarray, places: np.ndarray) -> None:
         """Count drained keys, split by the graph: ``names[which[k]]`` is key k's file."""
