@@ -44,7 +44,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import os
 import statistics
 import threading
 import time
@@ -62,23 +61,21 @@ SETTLE_SECS = 0.15  # after a move, before measuring: in-flight steps finish
 REPROBE_SECS = 15.0
 
 
-def first_count(total: int, *, many: bool = False, cores: int | None = None) -> int:
-    """Active threads at the start: half of ``total``; with ``many`` (each enqueue
-    carries many records) no more than one per core.
+def first_count(total: int, *, many: bool = False) -> int:
+    """Active threads at the start: half of ``total``; one with ``many`` (each enqueue
+    carries many records).
 
     On this project's 2-core machine every fixed grid of one record per read was
     near its best from four reader threads up, and each step up from below costs
     a window at a slower count (``docs/autotune.rst``). Half leaves room to climb;
     a full queue still tries fewer. A read of many records pays its per-read
-    costs once for all of them: one busy thread per core is the most that can
-    help, and more only wait on the full queue. Started at half (8 threads on 2
-    cores), ``auto`` on 12 KB records read 64 at a time needed about 7 windows
-    to come down to the one reader the best fixed row used.
+    costs once for all of them, and the fastest fixed row on 12 KB records read
+    64 at a time was one reader with one thread: started at half (8 threads),
+    ``auto`` needed about 7 windows to come down; started at one per core (2:
+    one reader's two threads) it stayed there, at 0.92x. From one it climbs
+    while the queue starves.
     """
-    half = max(1, total // 2)
-    if not many:
-        return half
-    return max(1, min(half, cores or os.cpu_count() or 1))
+    return 1 if many else max(1, total // 2)
 
 
 class Gate:
