@@ -220,7 +220,7 @@ def take_consumed(position: InputPosition, batch: dict) -> dict:
         # A batch's keys joined into one string: held until a drain, 32 strings a batch
         # were small blocks scattered among the records' freed large ones, and glibc then
         # faulted in fresh pages for records (3.5 faults per 196 KB record, against 0.05
-        # joined; docs/benchmarks.rst). NUL: the one byte no file name holds.
+        # joined; docs/benchmarks.rst). NUL: the one byte no POSIX file name holds.
         joined = tf.expand_dims(tf.strings.reduce_join(keys, separator="\0"), 0)
         # Sliced, not a cond: no element at all until a session tallies.
         noted = queue.enqueue_many([joined[:tallying.read_value()]])
