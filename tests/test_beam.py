@@ -5,6 +5,7 @@ that start a process come first (see conftest: processes started after a Beam jo
 """
 
 import collections
+import contextlib
 import json
 import logging
 import os
@@ -20,7 +21,14 @@ from queuekit.cli import main
 from queuekit.records.files import expand_files
 from queuekit.records.folder import ImageFolder
 from queuekit.records.tfrecord import Record, scan_records
-from tests.helpers import default_signals, descendants, gone, signal_when, without_module
+from tests.helpers import (
+    default_signals,
+    descendants,
+    gone,
+    signal_when,
+    signal_when_ready,
+    without_module,
+)
 from tests.imagefactory import bad_files, make_mixed_folder, rgb
 
 pytestmark = [pytest.mark.beam, pytest.mark.slow]
@@ -121,6 +129,25 @@ def test_sigterm_while_the_workers_start_ends_the_command_and_them(tmp_path):
             os.kill(pid, signal.SIGKILL)
     assert proc.returncode == 143, err[-2000:]
     assert gone(workers), "a Beam worker outlived the command"
+
+
+def test_a_worker_orphaned_after_the_signal_still_ends_with_the_command(tmp_path):
+    """A worker whose parent exits after SIGTERM (Beam's ``sh -c`` killed between its fork and
+    the next look) is not lost to init: the command adopts it and ends it."""
+    job = os.path.join(os.path.dirname(os.path.abspath(__file__)), "orphaned_worker_job.py")
+    pid_file = tmp_path / "worker.pid"
+    proc = subprocess.Popen([sys.executable, job, str(pid_file)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_signals,
+                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        _, err, _ = signal_when_ready(proc, signal.SIGTERM)
+        assert proc.returncode == 143, err[-2000:]
+        worker = int(pid_file.read_text())
+        assert gone([worker], within=5.0), "the orphaned worker outlived the command"
+    finally:
+        if pid_file.exists() and os.path.exists(f"/proc/{pid_file.read_text()}"):
+            with contextlib.suppress(OSError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
 
 
 def _command_line(pid):

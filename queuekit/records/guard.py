@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import fcntl
 import os
 import signal
 import stat
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -129,9 +131,9 @@ def workers_end_first(marker: str) -> Iterator[None]:
     may also start while the job unwinds, hence the thread, and after the block (a worker
     forked before the reaper's last look and exec'd after it outlived the command once in
     CI, holding its pipes), hence a last look at exit, after Python joined the job's
-    threads. Ignored and default
-    dispositions are left alone, as is a handler that defers the signal
-    (:func:`signals_deferred`); only in the main thread.
+    threads. A worker whose parent dies meanwhile is adopted (:func:`_adopt_orphans`), so
+    every look still sees it. Ignored and default dispositions are left alone, as is a
+    handler that defers the signal (:func:`signals_deferred`); only in the main thread.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -143,10 +145,11 @@ def workers_end_first(marker: str) -> Iterator[None]:
     previous: dict[int, Any] = {}
 
     def kill_then_handle(signum, frame):
-        _kill(marker, before)
         if not reaper.is_alive() and not done.is_set():
+            _adopt_orphans()
             reaper.start()
             atexit.register(_last_look, marker, before)
+        _kill(marker, before)
         return previous[signum](signum, frame)
 
     for signum in _ENDING:
@@ -162,6 +165,25 @@ def workers_end_first(marker: str) -> Iterator[None]:
             signal.signal(signum, handler)
         if reaper.is_alive():
             reaper.join()
+            _kill(marker, before)  # one orphaned since the reaper's last pass
+
+
+def _adopt_orphans() -> None:
+    """Make this process the parent of its orphaned descendants (Linux's child subreaper).
+
+    Beam starts a worker through ``sh -c``, which forks the Python worker: a kill that
+    lands on the shell between its fork and our next look at ``/proc`` orphaned the worker
+    to init, out of our sight, and it outlived the command holding its pipes (CI, 2 runs
+    in 5). Adopted, it stays a descendant and the next look kills it. Only once an ending
+    signal came: the program is ending, and the zombies of what it kills are reaped when
+    it exits. Elsewhere than Linux nothing changes.
+    """
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+_PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 
 
 def _reap(marker: str, before: set[int], done: threading.Event) -> None:
