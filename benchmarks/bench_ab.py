@@ -7,8 +7,10 @@ costs, or what one part of it costs (a copy of the code with that part switched 
 Each PATH is a checkout (``git worktree add --detach PATH REV``, edited or not);
 the first is the baseline. The configurations are READERS:READ_MANY (by default
 2 readers one record per read, and 1 reader with ``read_many=64``; ``2:batch``
-is 2 readers of whole batches, two threads each); ``--size 64`` makes the
-records 64x64x3 rather than workload (a)'s 256x256x3. One process per measurement, the order of
+is 2 readers of whole batches, two threads each; ``auto:64`` is ``num_readers="auto"``
+reading 64 at a time); ``--size 64`` makes the
+records 64x64x3 rather than workload (a)'s 256x256x3; ``--step-ms 30`` sleeps that long after
+each batch, as workload (c)'s step. One process per measurement, the order of
 the checkouts drawn anew in each round; prints each one's median records/s
 and the median of its per-round ratios to the baseline, with the rounds; the same for
 the process's CPU time per record (the machine is CPU-bound: what a change costs in
@@ -27,8 +29,8 @@ def _configs(text):
     out = []
     for part in text.split(","):
         readers, many = part.split(":")
-        out.append((int(readers), None if many == "0" else many if many == "batch"
-                    else int(many)))
+        out.append((readers if readers == "auto" else int(readers),
+                    None if many == "0" else many if many == "batch" else int(many)))
     return out
 
 
@@ -39,6 +41,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--size", type=int, default=256)
+    ap.add_argument("--step-ms", type=float, default=0.0,
+                    help="a simulated training step after each batch (workload (c): 30)")
     ap.add_argument("--configs", type=_configs, default=_configs("2:0,1:64"))
     args = ap.parse_args()
     roots = dict(r.split("=", 1) for r in args.roots)
@@ -54,7 +58,7 @@ def main():
                 for name in names:
                     cfg = dict(files=files, readers=readers, read_many=read_many,
                                threads=2 if read_many == "batch" else 1,
-                               seconds=args.seconds)
+                               seconds=args.seconds, step_ms=args.step_ms)
                     rate, cpu = measure_cpu(roots[name], cfg)
                     rows.setdefault((readers, read_many, name), []).append(rate)
                     cpus.setdefault((readers, read_many, name), []).append(cpu)

@@ -40,6 +40,8 @@ with qk.QueueSession() as qs:
     n, start, cpu = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - start < cfg["seconds"]:
         n += int(qs.run(step)[1])
+        if cfg.get("step_ms"):
+            time.sleep(cfg["step_ms"] / 1000)  # a training step of that length, off the CPU
     rate = n / (time.perf_counter() - start)
     print(json.dumps([rate, (time.process_time() - cpu) / n * 1e6]))
 """

@@ -26,6 +26,8 @@ class GraphKeys:
     # Collection: names of the queues whose element is a whole batch (read_many="batch"):
     # one dequeue takes a batch of records, not one.
     WHOLE_BATCHES = "queuekit_whole_batches"
+    # Collection: names of the queues of batches made ready ahead of the step (prefetch).
+    READY_BATCHES = "queuekit_ready_batches"
     # Objects: one cluster.work.WorkQueue per work_queue builder; the session runs its threads.
     WORK_QUEUES = "queuekit_work_queues"
     # Objects: one pipelines.position.InputPosition per resumable builder; the session tracks

@@ -48,6 +48,7 @@ with graph.as_default():
             cfg["files"], batch_size=cfg["batch"], num_epochs=cfg["epochs"],
             shuffle=cfg["shuffle"], seed=cfg.get("seed"), num_readers=cfg["readers"],
             num_threads=cfg.get("threads", 1), read_many=cfg.get("read_many"),
+            prefetch=cfg.get("prefetch", 0),
             work_queue=qk.cluster.WorkQueueInput("") if cfg.get("work_queue") else None,
             parse_fn=lambda s: tf.io.parse_example(s, {"id": tf.io.FixedLenFeature([], tf.int64)})
             if cfg.get("read_many") else tf.io.parse_single_example(

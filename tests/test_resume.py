@@ -100,6 +100,17 @@ def test_one_reader_in_order_resumes_at_the_next_record_with_the_same_sequence(t
     assert broken == unbroken
 
 
+def test_ready_batches_resume_with_the_same_sequence(tmp_path, files):
+    """prefetch=2 (batches made ready ahead, not consumed until a step takes them), one
+    reader, checkpoints by hook, three breaks: the unbroken run's sequence exactly."""
+    cfg = dict(BASE, files=files, prefetch=2, save="hook")
+    unbroken, _ = run_with_breaks(tmp_path, cfg, 0, name="unbroken")
+    broken, ends = run_with_breaks(tmp_path, cfg, 3, seed=2)
+    assert ends.count(-signal.SIGKILL) == 3
+    assert unbroken == list(range(N_FILES * PER_FILE))
+    assert broken == unbroken
+
+
 @pytest.mark.parametrize("readers,read_many,save", [(4, None, "hook"), (2, 8, "saver")])
 def test_shuffled_parallel_two_epochs_every_record_once_per_epoch(tmp_path, files, readers,
                                                                  read_many, save):

@@ -64,7 +64,7 @@ def fixed_length_batches(files, layout="cifar10", *, record_bytes: int | None = 
                          capacity: int | None = None, min_after_dequeue: int | None = None,
                          allow_smaller_final_batch: bool | None = None,
                          normalize: bool = True, max_readers: int | None = None,
-                         name: str | None = None):
+                         prefetch: int = 0, name: str | None = None):
     """Batches of ``image`` (HWC) and ``label`` from fixed-length binary files (CIFAR-10's).
 
     Args:
@@ -85,7 +85,8 @@ def fixed_length_batches(files, layout="cifar10", *, record_bytes: int | None = 
     num_readers = default_readers(num_readers, parse_fn)
     records_per_read(read_many, num_readers)  # a bad read_many is an error before any I/O
     opts = Batching(batch_size, num_epochs, shuffle, seed, num_readers, num_threads, capacity,
-                    min_after_dequeue, allow_smaller_final_batch, normalize, max_readers)
+                    min_after_dequeue, allow_smaller_final_batch, normalize, max_readers,
+                    prefetch=prefetch)
     if parse_fn is None:
         layout = _layout(layout)
         if record_bytes is not None and record_bytes != layout.record_bytes:

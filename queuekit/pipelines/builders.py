@@ -30,8 +30,8 @@ from queuekit.pipelines.batching import (
     Batching,
     capacity_for,
     default_readers,
+    deliver,
     file_batches,
-    finish,
     keeps_last_batch,
     make_batch,
     mark_tuned,
@@ -44,7 +44,7 @@ from queuekit.pipelines.batching import (
 )
 from queuekit.pipelines.decode import DecodeOptions, resized
 from queuekit.pipelines.layout import parse_records, record_layout
-from queuekit.pipelines.position import POSITION_KEY, epoch_files, reads, take_consumed
+from queuekit.pipelines.position import POSITION_KEY, epoch_files, reads
 from queuekit.records.files import check_files, compression_of_all, expand_files
 from queuekit.records.folder import ImageFolder, scan_image_folder
 from queuekit.records.tfrecord import first_record
@@ -98,7 +98,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
                      max_readers: int | None = None,
                      shard: Shard | tuple[int, int] | None = None,
                      work_queue: WorkQueueInput | str | None = None,
-                     name: str | None = None,
+                     prefetch: int = 0, name: str | None = None,
                      **spelled_before: Unpack[EarlierKeywords]) -> dict[str, tf.Tensor]:
     """Batches of ``image`` and ``label`` (and the schema's extras: ``label_text``...).
 
@@ -157,6 +157,10 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
             :class:`~queuekit.cluster.WorkQueueInput` (or its device,
             ``"/job:ps/task:0"``). A ``parse_fn`` must then give one element
             per record read.
+        prefetch: batches made ready ahead of the step (``tf.data``'s
+            ``prefetch``): one more runner thread takes each batch out of the
+            batch queue and normalises it while the step runs, so a step-bound
+            loop does not wait for that (``docs/benchmarks.rst``). 0: none.
         name: name scope.
 
     The keywords of earlier versions still work: ``shard_by`` (now
@@ -185,7 +189,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
     records_per_read(read_many, num_readers)  # a bad read_many is an error before any I/O
     opts = Batching(batch_size, num_epochs, shuffle, seed, num_readers, num_threads, capacity,
                     min_after_dequeue, allow_smaller_final_batch, normalize, max_readers,
-                    work_queue)
+                    work_queue, prefetch)
     files, record_shard = shard_files(expand_files(files), shard)
     if record_shard and parse_fn is not None and not read_many:
         raise ValueError("shard_by='record' with parse_fn needs read_many (parse_fn then "
@@ -255,7 +259,7 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
                          capacity: int | None = None, normalize: bool = True,
                          max_threads: int | None = None,
                          allow_smaller_final_batch: bool | None = None,
-                         name: str | None = None) -> dict[str, tf.Tensor]:
+                         prefetch: int = 0, name: str | None = None) -> dict[str, tf.Tensor]:
     """Batches read straight from a class-per-folder image tree.
 
     ``slice_input_producer`` over the paths and labels of
@@ -265,10 +269,10 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
     an alpha channel is dropped, not composited (``make`` composites it).
     Returns ``image``, ``label`` and ``filename``. ``num_threads="auto"`` builds
     ``max_threads`` (default: 8, or the cores up to 16) and lets the session's
-    tuner keep only as many running as raise the rate. ``allow_smaller_final_batch``:
-    as in :func:`tfrecord_batches`.
+    tuner keep only as many running as raise the rate. ``allow_smaller_final_batch``
+    and ``prefetch``: as in :func:`tfrecord_batches`.
     """
-    Batching(batch_size=batch_size)  # checks the count
+    Batching(batch_size=batch_size, prefetch=prefetch)  # checks them
     num_threads, tuned = resolve_count("num_threads", num_threads, max_threads)
     folder = source if isinstance(source, ImageFolder) else scan_image_folder(
         source, extensions=TF_IMAGE_EXTENSIONS)
@@ -311,10 +315,9 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
                            allow_smaller=keeps_last_batch(allow_smaller_final_batch, num_epochs),
                            enqueue_many=False,
                            num_threads=num_threads)
-        batch = take_consumed(position, batch)
         if tuned:
             mark_tuned()
-        return finish(batch, normalize)
+        return deliver(batch, normalize=normalize, prefetch=prefetch, position=position)
 
 
 def _regex_escape(text: str) -> str:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from queuekit.graph_keys import GraphKeys
-from queuekit.session.reads import DEQUEUE_OPS, queue_op
+from queuekit.session.reads import DEQUEUE_OPS, queue_op, queues_read
 
 log = logging.getLogger("queuekit")
 _v1 = tf.compat.v1
@@ -76,6 +76,7 @@ class InputReport:
         fill: the queue's mean fill at the samples, 0 to 1 (None if unknown).
         records_per_step: records a sampled step took (its batch size).
         tuned: the queue's readers are ``num_readers="auto"``.
+        ready: the queue holds batches made ready ahead of the step (``prefetch``).
     """
 
     queue: str
@@ -86,6 +87,7 @@ class InputReport:
     fill: float | None
     records_per_step: float | None
     tuned: bool
+    ready: bool = False
 
     @property
     def records_per_sec(self) -> float | None:
@@ -128,7 +130,9 @@ class InputReport:
         if rate is None:
             return head
         if self.bound == "step-bound":
-            return f"{head}; the steps take {rate:,.0f} rec/s and the readers keep up"
+            return f"{head}; the steps take {rate:,.0f} rec/s and the readers keep up" + (
+                "" if self.ready else "; prefetch=2 on the builder takes the batch out of "
+                "its queue while the step runs")
         rates = f"; the readers deliver {rate:,.0f} rec/s" + (
             "" if capacity is None else f", the steps could take {capacity:,.0f}")
         advice = ("; the readers are tuned ('auto'): try read_many, or records cheaper to "
@@ -149,6 +153,7 @@ class InputProfile:
         self._dequeues: dict[str, tuple[str, int | None]] = {}
         self._fed: set[str] = set()  # the queues runners fill
         self._tuned: set[str] = set()
+        self._ready: set[str] = set()
         self._next_sample = 0.0
         self._runners_seen = -1
         _PROFILES[coord] = self
@@ -220,7 +225,7 @@ class InputProfile:
                 wait_fraction=wait,
                 fill=c.filled / c.fills if c.fills else None,
                 records_per_step=c.records / c.samples if c.samples else None,
-                tuned=queue in self._tuned))
+                tuned=queue in self._tuned, ready=queue in self._ready))
         return reports
 
     def _refresh(self) -> bool:
@@ -232,12 +237,18 @@ class InputProfile:
         self._runners_seen = len(runners)
         self._fed = {qr.queue.queue_ref.op.name for qr in runners}
         self._tuned = {os.fsdecode(n) for n in self._graph.get_collection(GraphKeys.AUTOTUNE)}
-        whole = {os.fsdecode(n) for n in self._graph.get_collection(GraphKeys.WHOLE_BATCHES)}
+        self._ready = {os.fsdecode(n) for n in self._graph.get_collection(GraphKeys.READY_BATCHES)}
+        # A ready queue's batches come from the batch queue its runner takes from.
+        self._tuned |= {qr.queue.queue_ref.op.name for qr in runners
+                        if qr.queue.queue_ref.op.name in self._ready
+                        and self._tuned & set(queues_read(qr.enqueue_ops))}
+        whole = self._ready | {os.fsdecode(n)
+                               for n in self._graph.get_collection(GraphKeys.WHOLE_BATCHES)}
         for op in self._graph.get_operations():
             if op.type in DEQUEUE_OPS:
                 queue = queue_op(op.inputs[0]).name
                 if queue in self._fed:
-                    # A whole-batch queue's single dequeue takes a batch: read its rows.
+                    # A whole-batch or ready queue's single dequeue takes a batch: read its rows.
                     n = (None if queue in whole else
                          tf.get_static_value(op.inputs[1]) if len(op.inputs) > 1 else 1)
                     self._dequeues[op.name] = (queue, None if "UpTo" in op.type or n is None

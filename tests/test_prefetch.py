@@ -1,0 +1,139 @@
+"""prefetch: batches made ready ahead of the step by one more runner thread. Every record
+once and in order, the last smaller batch kept, the step's run takes only the ready batch,
+a batch in the ready queue is not consumed (a restore delivers it), and bad counts refused."""
+
+import collections
+import time
+
+import pytest
+import tensorflow as tf
+
+import queuekit as qk
+from queuekit.pipelines.builders import TF_IMAGE_EXTENSIONS
+from queuekit.session import profile
+from queuekit.session.reads import queues_read
+from tests.helpers import v1, write_id_binaries, write_image_records
+from tests.imagefactory import make_mixed_folder
+
+PER_FILE = 37
+
+
+@pytest.fixture
+def id_files(tmp_path):
+    return [write_image_records(tmp_path / f"p{k}.tfrecords",
+                                range(PER_FILE * k, PER_FILE * (k + 1))) for k in range(4)]
+
+
+def _ids(batch):
+    return [int(f[2:]) for f in batch["filename"].astype(str)]
+
+
+def test_one_reader_delivers_every_record_once_in_order_and_the_last_smaller_batch(id_files):
+    """One reader, no shuffle, batch 10, two ready batches: the records in file order, the
+    epoch's last batch of 8 kept, the image normalised (float32) and its shape static."""
+    with qk.QueueSession() as qs:
+        b = qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1, prefetch=2)
+        assert b["image"].dtype == tf.float32
+        assert b["image"].shape.as_list() == [None, 4, 6, 3]
+        batches = [_ids(x) for x in qs.iterate(b)]
+    assert [i for ids in batches for i in ids] == list(range(4 * PER_FILE))
+    assert [len(ids) for ids in batches] == [10] * 14 + [8]
+
+
+@pytest.mark.parametrize("readers,read_many,shuffle", [
+    (3, None, True), ("auto", 16, False), (2, "batch", False)])
+def test_parallel_readers_deliver_every_record_once_per_epoch(id_files, readers, read_many,
+                                                               shuffle):
+    with qk.QueueSession() as qs:
+        b = qk.tfrecord_batches(id_files, batch_size=10, num_epochs=2, num_readers=readers,
+                                read_many=read_many, shuffle=shuffle, seed=3, prefetch=3)
+        got = [i for x in qs.iterate(b) for i in _ids(x)]
+    assert collections.Counter(got) == collections.Counter(list(range(4 * PER_FILE)) * 2)
+
+
+def test_the_step_takes_from_the_ready_queue_only(id_files):
+    """What the step's run dequeues is the ready queue, once; the batch queue is the ready
+    stage's runner's to take from."""
+    with tf.Graph().as_default() as graph:
+        b = qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1, prefetch=2)
+        read = queues_read([t.op for t in b.values()])
+        runners = graph.get_collection(v1.GraphKeys.QUEUE_RUNNERS)
+    ready = runners[-1]
+    assert list(read) == [ready.queue.queue_ref.op.name]
+    assert ready.queue.queue_ref.op.name.endswith("ready_batches")
+    assert len(ready.enqueue_ops) == 1
+
+
+def test_a_batch_made_ready_but_not_taken_is_not_consumed(tmp_path, id_files):
+    """saver.save after 5 batches, with the ready queue full behind them: a restore delivers
+    every record the five did not, once (the ready batches among them)."""
+    prefix = str(tmp_path / "ck" / "model")
+
+    def build():
+        v1.train.get_or_create_global_step()
+        return qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1, num_readers=2,
+                                   shuffle=True, seed=5, prefetch=2)
+
+    with qk.QueueSession() as qs:
+        b = build()
+        first = [i for _ in range(5) for i in _ids(qs.run(b))]
+        _wait_until_ready_queue_is_full(qs)
+        v1.train.Saver().save(qs, prefix)
+    with qk.QueueSession() as qs:
+        b = build()
+        v1.train.Saver().restore(qs, prefix)
+        rest = [i for x in qs.iterate(b) for i in _ids(x)]
+    assert len(first) == 50
+    assert sorted(first + rest) == list(range(4 * PER_FILE))
+
+
+def _wait_until_ready_queue_is_full(qs, within=30.0):
+    """Bounded: the ready stage's runner fills its queue while the step does nothing."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        ready = [s for s in qs.queue_stats() if s.name.endswith("ready_batches")]
+        if ready and ready[0].size == ready[0].capacity:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"the ready queue never filled: {qs.queue_stats()}")
+
+
+def test_fixed_length_and_image_folder_batches_prefetch(tmp_path):
+    paths = write_id_binaries(tmp_path, 3, 20)
+    make_mixed_folder(tmp_path / "src")
+    (tmp_path / "src" / "dog" / "cmyk.jpg").unlink()  # a format TensorFlow cannot decode
+    folder = qk.scan_image_folder(tmp_path / "src", extensions=TF_IMAGE_EXTENSIONS)
+    with qk.QueueSession() as qs:
+        b = qk.fixed_length_batches(paths, record_bytes=8, batch_size=8, num_epochs=1,
+                                    prefetch=2, parse_fn=lambda v: {
+                                        "id": tf.io.decode_raw(v, tf.int64)[..., 0]})
+        got = [i for x in qs.iterate(b) for i in x["id"].tolist()]
+    with qk.QueueSession() as qs:
+        images = qk.image_folder_batches(tmp_path / "src", image_size=(20, 24), batch_size=4,
+                                         num_epochs=1, prefetch=2)
+        names = sorted(f.decode() for x in qs.iterate(images) for f in x["filename"])
+    assert sorted(got) == list(range(60))  # a parse_fn: "auto" readers
+    assert names == sorted(folder.relative(i) for i in range(len(folder)))
+
+
+@pytest.mark.parametrize("bad", [-1, -5])
+def test_a_negative_prefetch_is_refused(id_files, bad):
+    with tf.Graph().as_default(), pytest.raises(ValueError, match="prefetch must be 0 or more"):
+        qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1, prefetch=bad)
+
+
+def test_the_input_report_takes_a_ready_batch_per_step_from_tuned_readers(id_files,
+                                                                          monkeypatch):
+    """The step's queue is the ready one: a dequeue takes a batch of 10, its readers are
+    "auto" (the batch queue's), and the verdict does not advise the prefetch it has."""
+    monkeypatch.setattr(profile, "SAMPLE_SECS", 0.0)
+    with qk.QueueSession() as qs:
+        b = qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1, num_readers="auto",
+                                prefetch=2, allow_smaller_final_batch=False)
+        steps = sum(1 for _ in qs.iterate(b["label"]))
+        (report,) = qs.input_report()
+    assert steps == 4 * PER_FILE // 10
+    assert report.queue.endswith("ready_batches")
+    assert report.ready and report.tuned
+    assert report.records_per_step == 10.0
+    assert "prefetch=2" not in str(report)
