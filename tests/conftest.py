@@ -9,6 +9,14 @@ def _ours():
     return [t for t in threading.enumerate() if t.name.startswith(_OURS) and t.is_alive()]
 
 
+@pytest.fixture
+def id_files(tmp_path):
+    """4 TFRecord files of image records whose ids count up (tests.helpers.id_image_files)."""
+    from tests.helpers import id_image_files
+
+    return id_image_files(tmp_path)
+
+
 @pytest.fixture(autouse=True)
 def no_thread_left_behind():
     """Fail any test that leaves a queuekit or TF queue-runner thread alive."""

@@ -151,6 +151,21 @@ def records_per_read(graph):
             if op.type == "ReaderReadUpToV2"}
 
 
+ID_PER_FILE = 37  # records per file of id_image_files (the conftest fixture id_files)
+
+
+def id_image_files(folder, files=4, per_file=ID_PER_FILE):
+    """``files`` TFRecord files of ``per_file`` image records each, ids 0, 1, ... in order
+    (:func:`write_image_records`; :func:`filename_ids` reads a batch's ids back)."""
+    return [write_image_records(folder / f"p{k}.tfrecords", range(per_file * k, per_file * (k + 1)))
+            for k in range(files)]
+
+
+def filename_ids(batch):
+    """The ids of a fetched batch of :func:`write_image_records` records, in batch order."""
+    return [int(f[2:]) for f in batch["filename"].astype(str)]
+
+
 def write_image_records(path, ids, *, shape=(4, 6, 3), fmt="raw", raw_len=None):
     """queuekit records (raw, or ``fmt`` "jpeg"/"png") whose ``filename`` is ``id<i>`` and
     whose pixels encode i; ``raw_len`` cuts each image's bytes (a wrong-size record)."""

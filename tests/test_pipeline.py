@@ -19,12 +19,6 @@ def _ids(batches):
     return sorted(int(f[2:]) for b in batches for f in b["filename"].astype(str))
 
 
-@pytest.fixture
-def id_files(tmp_path):
-    return [write_image_records(tmp_path / f"p{k}.tfrecords", range(37 * k, 37 * (k + 1)))
-            for k in range(4)]
-
-
 GRID = list(itertools.product([1, 3], [1, 2], [None, 16], [False, True]))
 
 

@@ -12,20 +12,15 @@ import queuekit as qk
 from queuekit.pipelines.builders import TF_IMAGE_EXTENSIONS
 from queuekit.session import profile
 from queuekit.session.reads import queues_read
-from tests.helpers import v1, write_id_binaries, write_image_records
+from tests.helpers import (
+    ID_PER_FILE,
+    filename_ids,
+    v1,
+    write_id_binaries,
+)
 from tests.imagefactory import make_mixed_folder
 
-PER_FILE = 37
-
-
-@pytest.fixture
-def id_files(tmp_path):
-    return [write_image_records(tmp_path / f"p{k}.tfrecords",
-                                range(PER_FILE * k, PER_FILE * (k + 1))) for k in range(4)]
-
-
-def _ids(batch):
-    return [int(f[2:]) for f in batch["filename"].astype(str)]
+PER_FILE = ID_PER_FILE  # of the id_files fixture's records
 
 
 def test_one_reader_delivers_every_record_once_in_order_and_the_last_smaller_batch(id_files):
@@ -35,7 +30,7 @@ def test_one_reader_delivers_every_record_once_in_order_and_the_last_smaller_bat
         b = qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1, prefetch=2)
         assert b["image"].dtype == tf.float32
         assert b["image"].shape.as_list() == [None, 4, 6, 3]
-        batches = [_ids(x) for x in qs.iterate(b)]
+        batches = [filename_ids(x) for x in qs.iterate(b)]
     assert [i for ids in batches for i in ids] == list(range(4 * PER_FILE))
     assert [len(ids) for ids in batches] == [10] * 14 + [8]
 
@@ -47,7 +42,7 @@ def test_parallel_readers_deliver_every_record_once_per_epoch(id_files, readers,
     with qk.QueueSession() as qs:
         b = qk.tfrecord_batches(id_files, batch_size=10, num_epochs=2, num_readers=readers,
                                 read_many=read_many, shuffle=shuffle, seed=3, prefetch=3)
-        got = [i for x in qs.iterate(b) for i in _ids(x)]
+        got = [i for x in qs.iterate(b) for i in filename_ids(x)]
     assert collections.Counter(got) == collections.Counter(list(range(4 * PER_FILE)) * 2)
 
 
@@ -76,13 +71,13 @@ def test_a_batch_made_ready_but_not_taken_is_not_consumed(tmp_path, id_files):
 
     with qk.QueueSession() as qs:
         b = build()
-        first = [i for _ in range(5) for i in _ids(qs.run(b))]
+        first = [i for _ in range(5) for i in filename_ids(qs.run(b))]
         _wait_until_ready_queue_is_full(qs)
         v1.train.Saver().save(qs, prefix)
     with qk.QueueSession() as qs:
         b = build()
         v1.train.Saver().restore(qs, prefix)
-        rest = [i for x in qs.iterate(b) for i in _ids(x)]
+        rest = [i for x in qs.iterate(b) for i in filename_ids(x)]
     assert len(first) == 50
     assert sorted(first + rest) == list(range(4 * PER_FILE))
 

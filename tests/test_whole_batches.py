@@ -11,19 +11,15 @@ import tensorflow as tf
 import queuekit as qk
 from queuekit.arguments import read_counts
 from queuekit.session import profile
-from tests.helpers import v1, write_id_binaries, write_image_records
+from tests.helpers import (
+    ID_PER_FILE,
+    filename_ids,
+    v1,
+    write_id_binaries,
+    write_image_records,
+)
 
-PER_FILE = 37
-
-
-@pytest.fixture
-def id_files(tmp_path):
-    return [write_image_records(tmp_path / f"p{k}.tfrecords",
-                                range(PER_FILE * k, PER_FILE * (k + 1))) for k in range(4)]
-
-
-def _ids(batch):
-    return [int(f[2:]) for f in batch["filename"].astype(str)]
+PER_FILE = ID_PER_FILE  # of the id_files fixture's records
 
 
 @pytest.mark.parametrize("readers,threads", [(1, 1), (3, 2), ("auto", 1)])
@@ -35,7 +31,7 @@ def test_every_record_once_per_epoch_in_batches_of_one_file_in_order(id_files, r
         b = qk.tfrecord_batches(id_files, batch_size=10, num_epochs=2, num_readers=readers,
                                 num_threads=threads, read_many="batch")
         assert b["image"].shape.as_list() == [None, 4, 6, 3]
-        batches = [_ids(x) for x in qs.iterate(b)]
+        batches = [filename_ids(x) for x in qs.iterate(b)]
     assert collections.Counter(i for ids in batches for i in ids) == collections.Counter(
         list(range(4 * PER_FILE)) * 2)
     for ids in batches:
@@ -79,12 +75,12 @@ def test_a_saved_position_resumes_whole_batches_exactly(tmp_path, id_files):
     with qk.QueueSession() as qs:
         b = build()
         saver = v1.train.Saver()
-        first = [i for _ in range(5) for i in _ids(qs.run(b))]
+        first = [i for _ in range(5) for i in filename_ids(qs.run(b))]
         saver.save(qs, prefix)
     with qk.QueueSession() as qs:
         b = build()
         v1.train.Saver().restore(qs, prefix)
-        rest = [i for x in qs.iterate(b) for i in _ids(x)]
+        rest = [i for x in qs.iterate(b) for i in filename_ids(x)]
     assert 0 < len(first) < 4 * PER_FILE  # a file's last batch may be among the five
     assert sorted(first + rest) == list(range(4 * PER_FILE))
 
