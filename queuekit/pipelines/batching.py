@@ -346,21 +346,7 @@ def whole_batches(readers: list[dict], *, capacity: int) -> dict:
     resume); the batch dimension is None (:func:`~queuekit.pad_last_batch` makes it
     static).
     """
-    first = _dense_parts(readers[0])
-    names = sorted(first)
-    queue = tf.queue.FIFOQueue(capacity, [first[k].dtype for k in names], names=names,
-                               name="whole_batches")
-    _v1.train.add_queue_runner(_v1.train.QueueRunner(queue, [queue.enqueue(_dense_parts(r))
-                                                             for r in readers]))
-    _v1.add_to_collection(GraphKeys.WHOLE_BATCHES, queue.queue_ref.op.name)
-    parts = queue.dequeue()
-    for k in names:
-        parts[k].set_shape(first[k].shape)
-    batch = {}
-    for k, v in readers[0].items():
-        batch[k] = (tf.SparseTensor(*(parts[f"{k}/{p}"] for p in _SPARSE_PARTS))
-                    if isinstance(v, tf.SparseTensor) else parts[k])
-    return batch
+    return _queued_whole(readers, capacity, "whole_batches", GraphKeys.WHOLE_BATCHES)
 
 
 _SPARSE_PARTS = ("indices", "values", "dense_shape")
@@ -377,17 +363,25 @@ def ready_batches(batch: dict, capacity: int) -> dict:
     queue's files travel with the batch, so a batch is consumed when the step takes it
     from here, not before.
     """
-    parts = _dense_parts(batch)
-    names = sorted(parts)
-    queue = tf.queue.FIFOQueue(capacity, [parts[k].dtype for k in names], names=names,
-                               name="ready_batches")
-    _v1.train.add_queue_runner(_v1.train.QueueRunner(queue, [queue.enqueue(parts)]))
-    _v1.add_to_collection(GraphKeys.READY_BATCHES, queue.queue_ref.op.name)
-    taken = queue.dequeue()
+    return _queued_whole([batch], capacity, "ready_batches", GraphKeys.READY_BATCHES)
+
+
+def _queued_whole(sources: list[dict], capacity: int, name: str, collection: str) -> dict:
+    """A FIFO queue whose element is a whole dict of tensors (one enqueue op, so one runner
+    thread, per source), named in ``collection`` (its single dequeue takes a batch); what
+    it dequeues, with the sources' static shapes and SparseTensors rebuilt."""
+    first = _dense_parts(sources[0])
+    names = sorted(first)
+    queue = tf.queue.FIFOQueue(capacity, [first[k].dtype for k in names], names=names,
+                               name=name)
+    _v1.train.add_queue_runner(_v1.train.QueueRunner(queue, [queue.enqueue(_dense_parts(t))
+                                                             for t in sources]))
+    _v1.add_to_collection(collection, queue.queue_ref.op.name)
+    parts = queue.dequeue()
     for k in names:
-        taken[k].set_shape(parts[k].shape)
-    return {k: (tf.SparseTensor(*(taken[f"{k}/{p}"] for p in _SPARSE_PARTS))
-                if isinstance(v, tf.SparseTensor) else taken[k]) for k, v in batch.items()}
+        parts[k].set_shape(first[k].shape)
+    return {k: (tf.SparseTensor(*(parts[f"{k}/{p}"] for p in _SPARSE_PARTS))
+                if isinstance(v, tf.SparseTensor) else parts[k]) for k, v in sources[0].items()}
 
 
 def _dense_parts(tensors: dict) -> dict:
