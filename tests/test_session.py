@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 import queuekit as qk
+from queuekit.session.runners import in_own_thread
 from tests.helpers import id_reader_batch, v1, write_id_records
 
 
@@ -46,6 +47,31 @@ def test_every_record_exactly_once(tmp_path, threads):
         batch = id_reader_batch(files, batch_size=16, num_threads=threads)
         ids = np.concatenate(list(qs.iterate(batch)))
     assert sorted(ids.tolist()) == list(range(150))
+
+
+def test_a_thread_that_is_its_read_ops_only_one_runs_in_its_own_thread(tmp_path):
+    """Runs of a runner thread whose read op no other thread runs are made in that thread
+    (faster, docs/benchmarks.rst); threads sharing a read op (``batch``'s ``num_threads=4``
+    over one reader) would take turns in it, and runners without a reader (the filename
+    producer) gain nothing: those keep TensorFlow's pool. Every record arrives either way."""
+    files = [write_id_records(tmp_path / f"{k}.tfrecords", 50, start=50 * k) for k in range(3)]
+    got = {}
+    for layout in ("shared", "own"):
+        with qk.QueueSession() as qs:
+            if layout == "shared":
+                batch = id_reader_batch(files, batch_size=16, num_threads=4)
+            else:
+                fq = v1.train.string_input_producer(files, num_epochs=1, shuffle=False)
+                ids = [[tf.io.parse_single_example(v1.TFRecordReader().read(fq)[1], {
+                    "id": tf.io.FixedLenFeature([], tf.int64)})["id"]] for _ in range(2)]
+                batch = v1.train.batch_join(ids, batch_size=16, allow_smaller_final_batch=True)
+            runners = qs.graph.get_collection(v1.GraphKeys.QUEUE_RUNNERS)
+            enqueues = {op.name for qr in runners for op in qr.enqueue_ops}
+            got[layout] = in_own_thread(runners), enqueues
+            assert sorted(np.concatenate(list(qs.iterate(batch))).tolist()) == list(range(150))
+    inline, enqueues = got["own"]
+    assert len(inline) == 2 and inline < enqueues  # the two readers' threads, not the producer
+    assert got["shared"][0] == set()
 
 
 def test_end_of_data_escaping_the_body_is_a_clean_end():

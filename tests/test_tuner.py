@@ -94,7 +94,7 @@ def test_slow_producer_gets_threads_and_a_stopped_consumer_gives_them_back(tmp_p
                                 num_readers="auto", max_readers=4, parse_fn=producer,
                                 capacity=64)
         seen = _consume_until(qs, b, _grew(1), "add readers")
-        assert _state(qs).maximum == 8  # 4 readers, two threads each
+        assert _state(qs).maximum == 4  # 4 readers, a thread each
         producer.delay = 0.0  # the producer is now fast, and nobody consumes: the queue fills
         _until(qs, _gave_back, "give readers back")
         seen += [i for x in qs.iterate(b) for i in x["id"].tolist()]
@@ -219,8 +219,8 @@ def test_reads_of_many_records_start_at_one_thread(tmp_path, monkeypatch, read_m
         qs.start()
         state = _state(qs)
         ids = [i for x in qs.iterate(b) for i in x["id"].tolist()]
-    assert state.maximum == 16  # 8 readers, two threads each
-    assert state.active == (8 if read_many is None else 1)
+    assert state.maximum == 8  # 8 readers, a thread each
+    assert state.active == (4 if read_many is None else 1)
     assert sorted(ids) == list(range(160))
 
 

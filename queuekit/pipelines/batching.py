@@ -116,16 +116,15 @@ def read_count(read_many: int | str, batch_size: int) -> int:
 
 
 def tuned_order(readers: list, num_threads: int) -> list:
-    """The join list of a tuned runner: each reader's threads next to each other.
+    """The join list of a tuned runner: each reader's threads next to each other, so the
+    tuner's threads 0..k-1 are whole readers.
 
-    The tuner runs threads 0..k-1, so with this order k threads are k/2
-    readers with two threads each rather than k readers with one: a reader's
-    second thread parses and enqueues while the first holds the read. On 2
-    cores threads sharing a reader read the demo's small records fastest (2
-    readers x 4 threads, in two runs; README, Autotune). Hence at least two
-    threads per reader.
+    One thread per reader by default: a thread that is its read op's only one makes its
+    runs in its own thread (``queuekit.session.runners.in_own_thread``), 1.4x as fast on
+    workload (a) as runs handed to the session's pool. (With runs handed to the pool,
+    two threads per reader had read the demo's small records fastest.)
     """
-    return [r for r in readers for _ in range(max(2, num_threads))]
+    return [r for r in readers for _ in range(num_threads)]
 
 
 def mark_tuned() -> None:

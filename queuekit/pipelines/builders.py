@@ -117,7 +117,9 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
             CPU per record (``qs.tuning()``). Default: ``"auto"`` with a
             ``parse_fn`` (your preprocessing runs in parallel, as TF1's
             ``num_preprocess_threads`` did), else 1 (records in file order).
-        num_threads: enqueue threads per reader (with ``"auto"``, at least two).
+        num_threads: enqueue threads per reader. With one (the default) each
+            reader's thread makes its runs itself rather than through TF's pool
+            (faster: ``docs/benchmarks.rst``).
         read_many: read up to this many records per step (``read_up_to`` +
             batched ``parse_example`` + ``enqueue_many``); 0 reads one. None
             reads one, or with ``"auto"`` readers, no ``parse_fn`` and raw

@@ -220,17 +220,19 @@ class InputPositions:
         self._runs = 0
         self._skipping = False  # a restore left reads to skip: runners start skipping
 
-    def enqueue_for(self, op):
+    def enqueue_for(self, op, make_callable):
         """What a runner thread runs for enqueue ``op``: the op, or while a restore left
         records to skip and ``op`` takes a resumable reader's records, the skipping read
-        fed into ``op`` in place of the plain read, until nothing is left to skip."""
-        plain = self._sess.make_callable(op)
+        fed into ``op`` in place of the plain read, until nothing is left to skip.
+
+        ``make_callable(fetches, feed_list=None)``: the session's, as the thread runs."""
+        plain = make_callable(op)
         found = _reader_of(op, self.tallies) if self._skipping else None
         if found is None:
             return plain
         position, (keys, values), (skip_keys, skip_values) = found
-        feed = self._sess.make_callable(op, feed_list=[keys, values])
-        take = self._sess.make_callable([skip_keys, skip_values, position.pending_now])
+        feed = make_callable(op, [keys, values])
+        take = make_callable([skip_keys, skip_values, position.pending_now])
         skipping = True
 
         def enqueue():
