@@ -74,6 +74,40 @@ def test_a_thread_that_is_its_read_ops_only_one_runs_in_its_own_thread(tmp_path)
     assert got["shared"][0] == set()
 
 
+def test_such_a_thread_s_runs_need_no_thread_of_tensorflow_s_pool(tmp_path):
+    """What "in its own thread" means: with the inter-op pool's one thread held by the step,
+    two readers' threads still parse their records (run through the pool, they would wait
+    until the step let go of it, and the step waits for them)."""
+    files = [write_id_records(tmp_path / f"{k}.tfrecords", 20, start=20 * k) for k in range(2)]
+    go, parsed = threading.Event(), threading.Event()
+
+    def gate(x):
+        if go.wait(10):  # set by the step below, while it holds the pool's thread
+            parsed.set()
+        return x
+
+    def hold():
+        go.set()
+        return parsed.wait(10)
+
+    config = v1.ConfigProto(inter_op_parallelism_threads=1)
+    with qk.QueueSession(config=config, stall_timeout_secs=None) as qs:
+        fq = v1.train.string_input_producer(files, shuffle=False)
+        ids = []
+        for _ in range(2):
+            x = tf.io.parse_single_example(v1.TFRecordReader().read(fq)[1], {
+                "id": tf.io.FixedLenFeature([], tf.int64)})["id"]
+            ids.append([tf.reshape(tf.numpy_function(gate, [x], tf.int64), [])])
+        batch = v1.train.batch_join(ids, batch_size=2)
+        held = tf.numpy_function(hold, [], tf.bool)
+        qs.start()
+        for _ in range(10_000):  # the filename producer's runs do need the pool
+            if qs.run(fq.size()) > 0:
+                break
+        assert qs.run(held)
+        assert sorted(qs.run(batch).tolist()) == [0, 20]
+
+
 def test_end_of_data_escaping_the_body_is_a_clean_end():
     """An EndOfData the body does not catch ends the block like MonitoredSession does."""
     with qk.QueueSession() as qs:

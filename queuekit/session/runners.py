@@ -78,7 +78,7 @@ class RunnerSet:
         # feature's own, e.g. a resumed input's skipping read); by default the op's own.
         self._enqueue_for = enqueue_for or (lambda op, make_callable: make_callable(op))
         # Only a local session runs in the caller's thread (a remote one runs on its task).
-        self._local = getattr(session, "sess_str", None) == ""
+        self._local = getattr(session, "sess_str", None) in ("", b"")  # TF keeps it as bytes
         self._inline: set[str] = set()  # enqueue ops run in their thread (in_own_thread)
         self._chief = chief
         self._coord = coord
