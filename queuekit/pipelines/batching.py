@@ -120,9 +120,9 @@ def tuned_order(readers: list, num_threads: int) -> list:
     tuner's threads 0..k-1 are whole readers.
 
     One thread per reader by default: a thread that is its read op's only one makes its
-    runs in its own thread (``queuekit.session.runners.in_own_thread``), 1.4x as fast on
-    workload (a) as runs handed to the session's pool. (With runs handed to the pool,
-    two threads per reader had read the demo's small records fastest.)
+    runs in its own thread, faster than runs handed to the session's pool
+    (``queuekit.session.runners.in_own_thread``). (With runs handed to the pool, two
+    threads per reader had read the demo's small records fastest.)
     """
     return [r for r in readers for _ in range(num_threads)]
 
