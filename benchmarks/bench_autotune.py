@@ -68,8 +68,8 @@ def _joined(reports):
 
 def _same(report, row):
     """``row``'s configuration in another round's report."""
-    return next((r for r in report.rows if (r.kind, r.readers, r.threads, r.read_many)
-                 == (row.kind, row.readers, row.threads, row.read_many)), None)
+    return next((r for r in report.rows if (r.kind, r.readers, r.threads, r.read_many, r.prefetch)
+                 == (row.kind, row.readers, row.threads, row.read_many, row.prefetch)), None)
 
 
 def _auto_lines(report, reports) -> list[float]:
@@ -137,6 +137,8 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--read-many", default="0",
                     help="the fixed rows' read_many values (auto rows choose their own)")
+    ap.add_argument("--prefetch", default="0",
+                    help="the fixed rows' prefetch values (auto rows choose their own)")
     ap.add_argument("--images", type=int, default=4000, help="images of (a), (c) and (s)")
     ap.add_argument("--compare", default=None,
                     help="reference rows (bench --compare); default tfdata, and ceilings on (a)")
@@ -153,9 +155,10 @@ def main():
             threads = [int(t) for t in args.threads.split(",")]
             many = [k if k == "batch" else int(k) or None for k in args.read_many.split(",")]
             grid = [dict(readers=[r for r in readers if r != "auto"], threads=threads,
-                         read_many=many)]
+                         read_many=many, prefetch=[int(p) for p in args.prefetch.split(",")])]
             if "auto" in readers:  # auto builds one graph whatever the threads and read_many
-                grid.append(dict(readers=["auto"], threads=threads[:1], read_many=[None]))
+                grid.append(dict(readers=["auto"], threads=threads[:1], read_many=[None],
+                                 prefetch=[None]))
             reports = [_joined([qk.benchmark(
                 data[name], **g, seconds=args.seconds, repeat=args.repeat,
                 step_ms=30.0 if name == "c" else 0.0,

@@ -30,6 +30,10 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--read-many", type=read_counts, default=[0, 64, "batch"],
                    help="records per read, comma-separated: 0 is one, batch a whole batch "
                         "queued as it is (read_many='batch')")
+    p.add_argument("--prefetch", type=lambda text: ints(text, 0), default=None,
+                   help="batches made ready ahead of the step, comma-separated "
+                        "(tfrecord_batches' prefetch; by default its default: 2 for auto "
+                        "readers, else 0)")
     p.add_argument("--batch-size", type=positive, default=32)
     p.add_argument("--image-size", type=size, default=None,
                    help="N or HEIGHTxWIDTH to resize encoded images to (JPEG photos of "
@@ -99,6 +103,7 @@ def _run_bench(args) -> int:
                                        progress=show_progress(args)).outputs
         report = benchmark(files, readers=args.readers, threads=args.threads,
                               read_many=[k or None for k in args.read_many],
+                              prefetch=args.prefetch or [None],
                               batch_size=args.batch_size, shuffle=args.shuffle,
                               seconds=args.seconds, warmup_batches=args.warmup_batches,
                               repeat=args.repeat, step_ms=args.step_ms, compare=compare,

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 import queuekit as qk
+from queuekit.graph_keys import GraphKeys
 from queuekit.pipelines.builders import TF_IMAGE_EXTENSIONS
 from queuekit.session import profile
 from queuekit.session.reads import queues_read
@@ -111,7 +112,34 @@ def test_fixed_length_and_image_folder_batches_prefetch(tmp_path):
     assert names == sorted(folder.relative(i) for i in range(len(folder)))
 
 
-@pytest.mark.parametrize("bad", [-1, -5])
+@pytest.mark.parametrize("readers,prefetch,ready", [
+    ("auto", None, 2), ("auto", 0, 0), ("auto", 3, 3), (2, None, 0), (2, 1, 1)])
+def test_auto_readers_make_two_batches_ready_unless_told(id_files, readers, prefetch, ready):
+    """As tf.data's AUTOTUNE pipelines end in a prefetch: by default "auto" readers get a
+    ready stage of 2 batches; fixed counts none; an explicit prefetch is kept as given."""
+    with tf.Graph().as_default() as graph:
+        qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1, num_readers=readers,
+                            prefetch=prefetch)
+    assert _ready_capacities(graph) == ([ready] if ready else [])
+
+
+def test_image_folder_batches_auto_threads_make_two_batches_ready(tmp_path):
+    make_mixed_folder(tmp_path / "src")
+    built = {}
+    for threads in ("auto", 2):
+        with tf.Graph().as_default() as built[threads]:
+            qk.image_folder_batches(tmp_path / "src", image_size=(8, 8), batch_size=4,
+                                    num_threads=threads)
+    assert _ready_capacities(built["auto"]) == [2]
+    assert _ready_capacities(built[2]) == []
+
+
+def _ready_capacities(graph) -> list[int]:
+    return [graph.get_operation_by_name(name).get_attr("capacity")
+            for name in graph.get_collection(GraphKeys.READY_BATCHES)]
+
+
+@pytest.mark.parametrize("bad", [-1, -5, True, 1.5, "2"])
 def test_a_negative_prefetch_is_refused(id_files, bad):
     with tf.Graph().as_default(), pytest.raises(ValueError, match="prefetch must be 0 or more"):
         qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1, prefetch=bad)

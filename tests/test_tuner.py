@@ -131,26 +131,38 @@ class Pipeline:
         return self._fill(self.gate.active)
 
 
-def _tune(cpu_per_record, until, what, total=6, fill=lambda k: 1.0, rate=lambda k: 1000.0):
-    """A tuner on a Pipeline (consumer-bound unless ``fill`` says otherwise); its history
-    once ``until(history)`` holds."""
+def _tune(*args, **kwargs):
+    """A tuner on a Pipeline (:func:`_tunes`' first); its history."""
+    return _tunes(*args, **kwargs)[0]
+
+
+def _tunes(cpu_per_record, until, what, total=6, fill=lambda k: 1.0, rate=lambda k: 1000.0,
+           cores=(2,)):
+    """Tuners on a Pipeline each (consumer-bound unless ``fill`` says otherwise), one per
+    count of ``cores``, started together; their histories once ``until`` holds for the
+    first's."""
     coord = tf.compat.v1.train.Coordinator()
-    gate = tuner.Gate(total, tuner.first_count(total))
-    pipe = Pipeline(gate, rate=rate, cpu_per_record=cpu_per_record, fill=fill)
-    t = tuner.Tuner("q", gate, coord, pipe.enqueues, pipe.fill, cpu=pipe.cpu)
-    t.thread.start()
+    tuners = []
+    for n in cores:
+        gate = tuner.Gate(total, tuner.first_count(total))
+        pipe = Pipeline(gate, rate=rate, cpu_per_record=cpu_per_record, fill=fill)
+        tuners.append(tuner.Tuner("q", gate, coord, pipe.enqueues, pipe.fill, cpu=pipe.cpu,
+                                  cores=n))
+    for t in tuners:
+        t.thread.start()
     try:
         deadline = time.monotonic() + 30
-        while not until(t.history):
+        while not until(tuners[0].history):
             if time.monotonic() > deadline:
-                pytest.fail(f"the tuner did not {what} in 30 s: {t.history}")
+                pytest.fail(f"the tuner did not {what} in 30 s: {tuners[0].history}")
             threading.Event().wait(0.05)
     finally:
         coord.request_stop()
-        t.thread.join(5)
-    assert not t.thread.is_alive()
-    assert gate.opened  # a stopped tuner lets every thread run
-    return t.history
+        for t in tuners:
+            t.thread.join(5)
+    assert not any(t.thread.is_alive() for t in tuners)
+    assert all(t.gate.opened for t in tuners)  # a stopped tuner lets every thread run
+    return [list(t.history) for t in tuners]
 
 
 def test_a_full_queue_gives_back_threads_that_cost_cpu():
@@ -199,6 +211,16 @@ def test_a_queue_still_filling_gets_no_threads_until_its_fill_stops_rising():
     # The move was measured for a window: it began after the fill (almost) stopped rising.
     began = history[0].at - tuner.SETTLE_SECS - tuner.WINDOW_SECS
     assert began > filled_at - 0.3, history
+
+
+def test_a_starved_queue_gets_no_thread_while_the_cores_are_busy():
+    """Starved, the rate rising with threads, 0.7 ms CPU per record: the process uses 2.1
+    CPU seconds a second at 3 threads. On 4 cores the tuner adds threads; on 2 (over 0.9 of
+    them busy) it adds none: a thread more there only takes turns on the same cores."""
+    four, two = _tunes(lambda k: 7e-4, lambda h: len(h) >= 2, "add two threads",
+                       fill=lambda k: 0.0, rate=lambda k: 1000.0 * k, cores=(4, 2))
+    assert [(d.from_count, d.to_count) for d in four[:2]] == [(3, 4), (4, 5)]
+    assert two == []  # the same windows, on 2 cores: no move
 
 
 def _parse_ids(serialized):

@@ -47,7 +47,7 @@ def _queuekit(spec, layout):
     return tfrecord_batches(spec["files"], batch_size=spec["batch_size"],
                             shuffle=spec["shuffle"], num_readers=spec["readers"],
                             num_threads=spec["threads"], read_many=spec["read_many"],
-                            image_size=spec.get("image_size"))
+                            image_size=spec.get("image_size"), prefetch=spec.get("prefetch"))
 
 
 def _dataset(spec, parse, *, normalise_batch: bool):
@@ -188,12 +188,21 @@ def _records_per_read(graph) -> int | str | None:
     return int(tf.get_static_value(reads[0].inputs[2])) if reads else None
 
 
+def _ready_batches(graph) -> int:
+    """The capacity of the graph's queue of batches made ready ahead (``prefetch``); 0: none."""
+    from queuekit.graph_keys import GraphKeys
+
+    names = graph.get_collection(GraphKeys.READY_BATCHES)
+    return int(graph.get_operation_by_name(names[0]).get_attr("capacity")) if names else 0
+
+
 def _measure(spec) -> BenchRow:
     graph, fetch, layout = _graph(spec)
     row = BenchRow(spec["kind"], spec["readers"], spec["threads"], spec["read_many"],
                    consume=spec.get("consume", "graph"))
-    if spec["kind"] == "queuekit":  # what ran: "auto" readers may choose read_many
+    if spec["kind"] == "queuekit":  # what ran: "auto" readers choose read_many and prefetch
         row.read_many = _records_per_read(graph)
+        row.prefetch = _ready_batches(graph)
     rates, fills, cpu = [], [], []
     step = spec["step_ms"] / 1000.0
     with _session(spec["kind"], graph) as (run, queue_stats, tuning, input_report):

@@ -27,6 +27,7 @@ class BenchRow:
     consume: str = "graph"  # "graph" (reduce_sum in the step) or "numpy" (fetched)
     tuned: int | None = None  # with readers="auto": the active count it settled on
     tuning: list = dataclasses.field(default_factory=list)  # [at, from, to, rate, reason]
+    prefetch: int = 0  # batches made ready ahead of the step (tfrecord_batches' prefetch)
 
     @property
     def label(self) -> str:
@@ -34,7 +35,9 @@ class BenchRow:
             return self.kind
         readers = (f"auto({self.tuned if self.tuned is not None else '?'})"
                    if self.readers == "auto" else self.readers)
-        return f"readers={readers} threads={self.threads} read-many={self.read_many or 0}"
+        ready = f" prefetch={self.prefetch}" if self.prefetch else ""
+        return (f"readers={readers} threads={self.threads} read-many={self.read_many or 0}"
+                + ready)
 
 
 @dataclasses.dataclass
@@ -127,11 +130,11 @@ class BenchReport:
         lines: dict[tuple, list[BenchRow]] = {}
         for r in self.rows:
             if r.kind == "queuekit" and r.records_per_s and r.readers != "auto":
-                lines.setdefault((r.threads, r.read_many or 0), []).append(r)
-        for (threads, many), rows in sorted(lines.items(), key=lambda kv: str(kv[0])):
+                lines.setdefault((r.threads, r.read_many or 0, r.prefetch), []).append(r)
+        for (threads, many, ready), rows in sorted(lines.items(), key=lambda kv: str(kv[0])):
             rows.sort(key=lambda r: r.readers or 0)
             readers = [r.readers for r in rows]
-            label = f"threads={threads} read-many={many}"
+            label = f"threads={threads} read-many={many}" + (f" prefetch={ready}" if ready else "")
             drawn = speed.plot(readers, [r.records_per_s for r in rows], "o-", label=label)
             fill.plot(readers, [r.queue_fill if r.queue_fill is not None else float("nan")
                                 for r in rows], "o-", color=drawn[0].get_color())

@@ -47,7 +47,8 @@ def machine_info() -> dict:
             "python": platform.python_version(), "platform": platform.platform()}
 
 
-def benchmark(files, *, readers=(1, 2, 4), threads=(1,), read_many=(None,), batch_size=32,
+def benchmark(files, *, readers=(1, 2, 4), threads=(1,), read_many=(None,), prefetch=(None,),
+              batch_size=32,
               shuffle=False, seconds=5.0, warmup_batches=20, repeat=3, step_ms=0.0,
               compare=("tfdata-batched", "tfdata", "seed"), image_size=None,
               consume: str = "graph", progress=False, on_row=None) -> BenchReport:
@@ -55,7 +56,9 @@ def benchmark(files, *, readers=(1, 2, 4), threads=(1,), read_many=(None,), batc
 
     Args:
         files: TFRecord files (path, glob, directory or list).
-        readers, threads, read_many: the grid; every combination is one row.
+        readers, threads, read_many, prefetch: the grid; every combination is one
+            row (``prefetch`` as in :func:`~queuekit.tfrecord_batches`; None,
+            the default, is its default: 2 for ``"auto"`` readers, else 0).
             A reader count of ``"auto"`` is tuned while it runs; its row shows
             the count it settled on.
         batch_size, shuffle, image_size: as in :func:`~queuekit.tfrecord_batches`
@@ -79,19 +82,19 @@ def benchmark(files, *, readers=(1, 2, 4), threads=(1,), read_many=(None,), batc
     from queuekit.records.files import expand_files
 
     files = expand_files(files)
-    configs = [("queuekit", r, t, k or None)
-               for r, t, k in itertools.product(readers, threads, read_many)]
+    configs = [("queuekit", r, t, k or None, p)
+               for r, t, k, p in itertools.product(readers, threads, read_many, prefetch)]
     if consume not in ("graph", "numpy"):
         raise ValueError(f"consume must be 'graph' or 'numpy', not {consume!r}")
     for c in compare:
         one = 1 if c == "hand" else None  # the hand-written row runs queuekit's 1x1 graph
         kinds = REFERENCES[c]
         for kind in (kinds,) if isinstance(kinds, str) else kinds:
-            configs.append((kind, one, one, None))
+            configs.append((kind, one, one, None, 0))
     report = BenchReport([], machine_info(), planned=len(configs))
     try:
-        for kind, r, t, k in tqdm(configs, desc="bench", disable=not progress, file=sys.stderr):
-            spec = dict(kind=kind, readers=r, threads=t, read_many=k, files=files,
+        for kind, r, t, k, p in tqdm(configs, desc="bench", disable=not progress, file=sys.stderr):
+            spec = dict(kind=kind, readers=r, threads=t, read_many=k, prefetch=p, files=files,
                         batch_size=batch_size, shuffle=shuffle, seconds=seconds,
                         warmup_batches=warmup_batches, repeat=repeat, step_ms=step_ms,
                         image_size=image_size, consume=consume)
@@ -109,7 +112,7 @@ def benchmark(files, *, readers=(1, 2, 4), threads=(1,), read_many=(None,), batc
 
 def _in_child(spec) -> BenchRow:
     row = BenchRow(spec["kind"], spec["readers"], spec["threads"], spec["read_many"],
-                   consume=spec["consume"])
+                   consume=spec["consume"], prefetch=spec["prefetch"] or 0)
     try:
         proc = subprocess.run([sys.executable, "-m", "queuekit.bench.child", json.dumps(spec)],
                               capture_output=True, text=True, check=False,

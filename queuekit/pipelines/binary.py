@@ -64,7 +64,7 @@ def fixed_length_batches(files, layout="cifar10", *, record_bytes: int | None = 
                          capacity: int | None = None, min_after_dequeue: int | None = None,
                          allow_smaller_final_batch: bool | None = None,
                          normalize: bool = True, max_readers: int | None = None,
-                         prefetch: int = 0, name: str | None = None):
+                         prefetch: int | None = None, name: str | None = None):
     """Batches of ``image`` (HWC) and ``label`` from fixed-length binary files (CIFAR-10's).
 
     Args:

@@ -38,6 +38,7 @@ from queuekit.pipelines.batching import (
     normalized,
     quiet_deprecations,
     read_count,
+    ready_count,
     records_per_read,
     resolve_count,
     shuffle_sizes,
@@ -98,7 +99,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
                      max_readers: int | None = None,
                      shard: Shard | tuple[int, int] | None = None,
                      work_queue: WorkQueueInput | str | None = None,
-                     prefetch: int = 0, name: str | None = None,
+                     prefetch: int | None = None, name: str | None = None,
                      **spelled_before: Unpack[EarlierKeywords]) -> dict[str, tf.Tensor]:
     """Batches of ``image`` and ``label`` (and the schema's extras: ``label_text``...).
 
@@ -162,7 +163,9 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         prefetch: batches made ready ahead of the step (``tf.data``'s
             ``prefetch``): one more runner thread takes each batch out of the
             batch queue and normalises it while the step runs, so a step-bound
-            loop does not wait for that (``docs/benchmarks.rst``). 0: none.
+            loop does not wait for that (``docs/benchmarks.rst``). 0: none;
+            by default 2 with ``num_readers="auto"``, as ``tf.data``'s AUTOTUNE
+            pipelines prefetch, else 0.
         name: name scope.
 
     The keywords of earlier versions still work: ``shard_by`` (now
@@ -261,7 +264,8 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
                          capacity: int | None = None, normalize: bool = True,
                          max_threads: int | None = None,
                          allow_smaller_final_batch: bool | None = None,
-                         prefetch: int = 0, name: str | None = None) -> dict[str, tf.Tensor]:
+                         prefetch: int | None = None,
+                         name: str | None = None) -> dict[str, tf.Tensor]:
     """Batches read straight from a class-per-folder image tree.
 
     ``slice_input_producer`` over the paths and labels of
@@ -272,9 +276,10 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
     Returns ``image``, ``label`` and ``filename``. ``num_threads="auto"`` builds
     ``max_threads`` (default: 8, or the cores up to 16) and lets the session's
     tuner keep only as many running as raise the rate. ``allow_smaller_final_batch``
-    and ``prefetch``: as in :func:`tfrecord_batches`.
+    and ``prefetch``: as in :func:`tfrecord_batches` (by default 2 with ``num_threads="auto"``).
     """
     Batching(batch_size=batch_size, prefetch=prefetch)  # checks them
+    prefetch = ready_count(prefetch, num_threads)
     num_threads, tuned = resolve_count("num_threads", num_threads, max_threads)
     folder = source if isinstance(source, ImageFolder) else scan_image_folder(
         source, extensions=TF_IMAGE_EXTENSIONS)

@@ -14,8 +14,12 @@ that runner a :class:`Gate` (thread i enqueues only while i < active) and a
   (every queue starts so): more threads cannot help the step there. A growth
   that lowers the rate is undone (between two windows of one count the rate
   varies by about 3% here, so a rule of "must gain 5%" undid moves that paid,
-  and one of "may lose 5%" kept moves that cost, up to the maximum). One at a
-  time, not doubling: from half the threads a doubling is a jump to all of
+  and one of "may lose 5%" kept moves that cost, up to the maximum). Not while
+  the process already keeps its cores ``BUSY`` (as ``tf.data``'s AUTOTUNE keeps
+  within a CPU budget of the cores): on 2 cores four readers of 196 KB records
+  or of JPEGs ran at 186-199% CPU, and a fifth thread's probe there lowered
+  the rate for a window or held it, never raised it (``docs/autotune.rst``).
+  One at a time, not doubling: from half the threads a doubling is a jump to all of
   them, a probe that cost up to 40% of a window's records on the demo's data
   when it did not pay;
 - a full queue (fill above ``HIGH``: the training step is the slow side) has
@@ -44,6 +48,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 import statistics
 import threading
 import time
@@ -55,10 +60,19 @@ log = logging.getLogger("queuekit.tune")
 # tests/test_tuner.py checks both spell it the same).
 LOW, HIGH = 0.25, 0.75  # queue fill below which input is starving, above which it leads
 RISE = 0.05  # a window's rise in fill (of capacity) that says the readers are ahead
+BUSY = 0.9  # the fraction of the cores' time in use above which more threads cannot help
 MARGIN = 0.05  # a rate or CPU change within this fraction is noise; beyond it, a gain or a loss
 WINDOW_SECS = 0.75  # one measurement
 SETTLE_SECS = 0.15  # after a move, before measuring: in-flight steps finish
 REPROBE_SECS = 15.0
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, where the platform says)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        return os.cpu_count() or 1
 
 
 def first_count(total: int, *, many: bool = False) -> int:
@@ -123,6 +137,7 @@ class Sample:
     fill: float  # the queue's mean fill, 0 to 1
     cpu: float  # process CPU seconds per enqueue (inf when nothing was enqueued)
     rise: float = 0.0  # the fill's change over the window (its last readings against its first)
+    busy: float = 0.0  # process CPU seconds per second of the window
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,16 +168,19 @@ class Tuner:
 
     ``enqueues()`` counts completed enqueues, ``fill()`` is the queue's fill
     (or None when unknown), ``cpu()`` the process's CPU seconds so far
-    (:func:`time.process_time`; injectable for tests).
+    (:func:`time.process_time`; injectable for tests), ``cores`` the cores the process
+    may run on.
     """
 
-    def __init__(self, queue: str, gate: Gate, coord, enqueues, fill, cpu=time.process_time):
+    def __init__(self, queue: str, gate: Gate, coord, enqueues, fill, cpu=time.process_time,
+                 cores: int | None = None):
         self.queue = queue
         self.gate = gate
         self._coord = coord
         self._enqueues = enqueues
         self._fill = fill
         self._cpu = cpu
+        self._cores = cores or usable_cores()
         self.history: list[Decision] = []
         self._blocked: dict[tuple[int, int], float] = {}  # (from, to) -> when it was undone
         self._least_cpu = math.inf  # the least CPU per enqueue measured with the queue full
@@ -196,16 +214,16 @@ class Tuner:
             fill = self._fill()
             if fill is not None:
                 fills.append(fill)
-        count = self._enqueues() - count0
-        cpu = (self._cpu() - cpu0) / count if count else math.inf
+        count, used, wall = self._enqueues() - count0, self._cpu() - cpu0, time.monotonic() - t0
         # Two readings at each end: one reading of a nearly empty queue is noise.
         rise = statistics.mean(fills[-2:]) - statistics.mean(fills[:2]) if fills else 0.0
-        return Sample(count / (time.monotonic() - t0),
-                      statistics.mean(fills) if fills else 0.0, cpu, rise)
+        return Sample(count / wall, statistics.mean(fills) if fills else 0.0,
+                      used / count if count else math.inf, rise, used / wall)
 
     def _step(self, s: Sample) -> Sample | None:
         k = self.gate.active
-        if s.fill < LOW and s.rise < RISE and k < self.gate.total and self._may(k, k + 1):
+        if (s.fill < LOW and s.rise < RISE and k < self.gate.total
+                and s.busy < BUSY * self._cores and self._may(k, k + 1)):
             return self._try(k, k + 1, s, lambda a: a.rate >= s.rate)
         if s.fill > HIGH and s.rate == 0 and k > 1:
             # Nobody drains the queue: the paused threads are not needed until it does.
