@@ -329,12 +329,22 @@ def test_auto_readers_read_small_raw_records_many_per_step(tmp_path, shape, per_
         assert qs.tuning()  # the tuner ran
 
 
-@pytest.mark.parametrize("how", ["read_many=0", "parse_fn", "png", "fixed readers"])
+def test_auto_readers_read_encoded_images_many_per_step(tmp_path):
+    """Encoded images: "auto" reads 64 a step, decoded one by one in the step, each once."""
+    files = [write_image_records(tmp_path / f"{k}.tfrecords", range(30 * k, 30 * k + 30),
+                                 fmt="png") for k in range(2)]
+    with qk.QueueSession() as qs:
+        b = qk.tfrecord_batches(files, batch_size=16, num_epochs=1, num_readers="auto",
+                                max_readers=3, shuffle=True, seed=2)
+        assert records_per_read(qs.graph) == {64}
+        assert _ids(qs.iterate(b)) == list(range(60))
+
+
+@pytest.mark.parametrize("how", ["read_many=0", "parse_fn", "fixed readers"])
 def test_one_record_per_read_unless_auto_may_choose(tmp_path, how):
-    """read_many=0, a parse_fn (it expects a scalar), encoded images (the decode is the
-    cost) and fixed readers keep one record per read."""
-    path = write_image_records(tmp_path / "r.tfrecords", range(20),
-                               fmt="png" if how == "png" else "raw")
+    """read_many=0, a parse_fn (it expects a scalar) and fixed readers keep one record per
+    read."""
+    path = write_image_records(tmp_path / "r.tfrecords", range(20))
     kw = dict(batch_size=8, num_epochs=1, num_readers="auto", max_readers=2)
     if how == "read_many=0":
         kw["read_many"] = 0

@@ -95,16 +95,16 @@ WHOLE = "batch"  # read_many: each read is a whole batch (:func:`whole_batches`)
 
 
 def records_per_read(read_many: int | str | None, num_readers, *, remote: bool = False,
-                     raw_bytes: int | None = None) -> int | str:
+                     raw_bytes: int | None = None, encoded: bool = False) -> int | str:
     """How many records each read takes; every builder decides it here, and only here.
 
     0 is one record per read (``read``, not ``read_up_to``). ``read_many`` as
     given (``"batch"``: a batch, :func:`whole_batches`); else on a cluster
     (``remote``: no ``parse_fn``, a worker's input or a record shard)
     :data:`~queuekit.cluster.inputs.REMOTE_READ_MANY`, each read being a
-    network round trip; else for ``"auto"`` readers of raw records of
-    ``raw_bytes`` (encoded images: the decode, not the step, is the cost)
-    about :data:`AUTO_READ_BYTES` (none for records over :data:`AUTO_READ_MAX_RECORD`);
+    network round trip; else for ``"auto"`` readers of ``encoded`` images
+    :data:`AUTO_READ_MANY_MAX`, and of raw records of ``raw_bytes`` about
+    :data:`AUTO_READ_BYTES` (none for records over :data:`AUTO_READ_MAX_RECORD`);
     else one.
 
     Each read is a session step, and a step costs about the same whatever it
@@ -112,7 +112,9 @@ def records_per_read(read_many: int | str | None, num_readers, *, remote: bool =
     pipeline faster with less CPU, and 64 faster again than 9
     (``docs/autotune.rst``). Large records lose by it: 2 per step of 196 KB
     records ran slower (likely ``enqueue_many``, which copies each record under
-    the queue's lock while the dequeue waits).
+    the queue's lock while the dequeue waits). Encoded images gain by it since a
+    run is made in its reader's thread: four readers of 64 JPEGs decoded 3-23% faster
+    than four of one, in four runs (``docs/benchmarks.rst``).
     """
     if read_many == WHOLE:
         return WHOLE
@@ -123,6 +125,8 @@ def records_per_read(read_many: int | str | None, num_readers, *, remote: bool =
         return read_many
     if remote:
         return REMOTE_READ_MANY
+    if num_readers == "auto" and encoded:
+        return AUTO_READ_MANY_MAX
     if raw_bytes is not None and num_readers == "auto" and raw_bytes <= AUTO_READ_MAX_RECORD:
         return min(AUTO_READ_MANY_MAX, AUTO_READ_BYTES // max(1, raw_bytes))
     return 0

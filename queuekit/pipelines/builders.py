@@ -203,7 +203,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
     kind = _compression(files, compression)
     if check_framing:
         check_files(files)
-    raw_bytes = None
+    raw_bytes, encoded = None, False
     if parse_fn is not None:
         if schema != "auto":
             raise ValueError("give schema or parse_fn, not both")
@@ -217,11 +217,12 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         layout = record_layout(files, image_shape, schema, DecodeOptions(
             size, dct_method, None if random_crop is None else tuple(random_crop), seed))
         raw_bytes = layout.image_bytes if layout.fmt == "raw" else None
+        encoded = raw_bytes is None
 
         def parse(serialized, keys):
             return parse_records(serialized, keys, layout, many=bool(read_many))
 
-    read_many = records_per_read(read_many, num_readers, raw_bytes=raw_bytes,
+    read_many = records_per_read(read_many, num_readers, raw_bytes=raw_bytes, encoded=encoded,
                                  remote=parse_fn is None and bool(record_shard or device))
 
     def read(filename_queue):
