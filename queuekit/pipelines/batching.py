@@ -80,11 +80,10 @@ def ready_count(prefetch: int | None, num_readers) -> int:
     """``prefetch`` as given; by default :data:`AUTO_PREFETCH` with ``"auto"`` readers
     (or threads), as ``tf.data``'s AUTOTUNE pipelines end in a prefetch, else none.
 
-    On this machine a ready stage of 2 raised the rate where the step is the slow
-    side (5-15%, a 30 ms step) and on 12 KB records read 64 at a time (7-13%);
-    with no step on 196 KB records read one at a time it measured from -6% to +4%
-    (``docs/benchmarks.rst``). Its cost is one more runner thread and two
-    normalised batches in memory.
+    On this machine a ready stage of 2 raised the rate by 5-17% where a 30 ms step
+    is the slow side, and on 12 KB records by -1% to 13%; with no step on 196 KB
+    records it measured from -6% to +4% (``docs/benchmarks.rst``). Its cost is one
+    more runner thread and two normalised batches in memory.
     """
     if prefetch is None:
         return AUTO_PREFETCH if num_readers == "auto" else 0
