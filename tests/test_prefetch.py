@@ -5,6 +5,7 @@ a batch in the ready queue is not consumed (a restore delivers it), and bad coun
 import collections
 import time
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -113,7 +114,7 @@ def test_fixed_length_and_image_folder_batches_prefetch(tmp_path):
 
 
 @pytest.mark.parametrize("readers,prefetch,ready", [
-    ("auto", None, 2), ("auto", 0, 0), ("auto", 3, 3), (2, None, 0), (2, 1, 1)])
+    ("auto", None, 2), ("auto", 0, 0), ("auto", 3, 3), (2, None, 0), (2, np.int64(1), 1)])
 def test_auto_readers_make_two_batches_ready_unless_told(id_files, readers, prefetch, ready):
     """As tf.data's AUTOTUNE pipelines end in a prefetch: by default "auto" readers get a
     ready stage of 2 batches; fixed counts none; an explicit prefetch is kept as given."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import numbers
 import os
 import sys
 import types
@@ -87,7 +88,7 @@ def ready_count(prefetch: int | None, num_readers) -> int:
     """
     if prefetch is None:
         return AUTO_PREFETCH if num_readers == "auto" else 0
-    return prefetch
+    return int(prefetch)
 
 
 WHOLE = "batch"  # read_many: each read is a whole batch (:func:`whole_batches`)
@@ -189,7 +190,7 @@ class Batching:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
         if self.prefetch is not None and (isinstance(self.prefetch, bool) or not isinstance(
-                self.prefetch, int) or self.prefetch < 0):
+                self.prefetch, numbers.Integral) or self.prefetch < 0):
             raise ValueError(f"prefetch must be 0 or more batches (None: {AUTO_PREFETCH} with "
                              f"'auto' readers, else 0), not {self.prefetch!r}")
         resolve_count("num_readers", self.num_readers, self.max_readers)

@@ -17,8 +17,8 @@ that runner a :class:`Gate` (thread i enqueues only while i < active) and a
   and one of "may lose 5%" kept moves that cost, up to the maximum). Not while
   the process already keeps its cores ``BUSY`` (as ``tf.data``'s AUTOTUNE keeps
   within a CPU budget of the cores): on 2 cores four readers of 196 KB records
-  or of JPEGs ran at 186-199% CPU, and a fifth thread's probe there lowered
-  the rate for a window or held it, never raised it (``docs/autotune.rst``).
+  or of JPEGs ran at 186-199% CPU, and counts above four ran no faster than
+  four fixed readers (``docs/autotune.rst``).
   One at a time, not doubling: from half the threads a doubling is a jump to all of
   them, a probe that cost up to 40% of a window's records on the demo's data
   when it did not pay;
