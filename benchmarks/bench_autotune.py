@@ -2,7 +2,7 @@
 
     python benchmarks/bench_autotune.py [--seconds 2] [--repeat 3] [--rounds 3]
                                         [--consume graph|numpy] [--workloads a,b,c]
-                                        [--read-many 0] [--images 4000]
+                                        [--read-many 0] [--images 4000] [--held-out 0]
 
 Workloads: (a) 4,000 records of 256x256x3 raw, no step; (b) the demo's data
 (600 images made at 96x96); (c) (a)'s records with a 30 ms simulated step per
@@ -18,7 +18,9 @@ turn; a row's rate is the median of its rounds. Prints per workload: the
 table, auto / best fixed row that does not read whole batches (auto never
 does; the ratio of the medians, and the median of the
 ratios within a round), auto's CPU against the 4-reader rows', and when its
-count last changed (a move that was undone is not a change).
+count last changed (a move that was undone is not a change). ``--held-out N``
+then measures auto and that best row again, alone, side by side, in N new
+rounds (the grid's best is the largest of a dozen noisy medians, biased up).
 """
 
 import argparse
@@ -77,11 +79,7 @@ def _auto_lines(report, reports) -> list[float]:
     and the median of the ratios within each round (the two ran minutes apart at most: the
     machine's slow spells cancel); CPU against the 4-reader rows; when its count last
     changed (undone probes aside). Returns each auto row's median of per-round ratios."""
-    # auto never builds whole batches (they change what a batch is): its mark is the best
-    # row that reads one or many records; whole batches are shown beside it.
-    kept = [r for r in report.rows if r.readers != "auto" and r.kind == "queuekit"
-            and r.read_many != "batch" and r.records_per_s]
-    best = max(kept, key=lambda r: r.records_per_s) if kept else report.best
+    best = _best_fixed(report)
     medians = []
     for auto in (r for r in report.rows if r.readers == "auto" and r.records_per_s):
         paired = [a.records_per_s / b.records_per_s for rep in reports
@@ -106,6 +104,40 @@ def _auto_lines(report, reports) -> list[float]:
             print(f"  {row.label if row else '?'}: {changed}; moves (at, from, to, rate) "
                   f"{[m[:4] for m in moves]}")
     return medians
+
+
+def _best_fixed(report):
+    """The best fixed row that does not read whole batches (auto never does: they change
+    what a batch is); whole batches are shown beside it."""
+    kept = [r for r in report.rows if r.readers != "auto" and r.kind == "queuekit"
+            and r.read_many != "batch" and r.records_per_s]
+    return max(kept, key=lambda r: r.records_per_s) if kept else report.best
+
+
+def _held_out(best, auto: dict, rounds: int, run) -> float | None:
+    """auto against ``best`` (chosen in the grid's rounds) in ``rounds`` new rounds of the
+    two alone, side by side, in alternating order: the best of a dozen noisy medians is
+    biased up (the largest draw wins), so the row is measured again on rounds that did
+    not choose it, next to auto, and the machine's slow spells fall on both.
+    ``auto`` is auto's grid, ``run(**grid)`` measures one configuration. Returns the
+    median of the ratios."""
+    fixed = dict(readers=[best.readers], threads=[best.threads],
+                 read_many=[best.read_many], prefetch=[best.prefetch])
+    ratios, labels = [], set()
+    for i in range(rounds):
+        pair = [("auto", auto), ("fixed", fixed)]
+        rows = dict((name, run(**g)) for name, g in (pair if i % 2 == 0 else pair[::-1]))
+        a, b = rows["auto"], rows["fixed"]
+        if a and b and a.records_per_s and b.records_per_s:
+            ratios.append(a.records_per_s / b.records_per_s)
+            labels.add(a.label)
+    if not ratios:
+        return None
+    median = statistics.median(ratios)
+    print(f"held out: auto / {best.label} in {len(ratios)} new rounds side by side: median "
+          f"{median:.3f} {[round(x, 2) for x in ratios]}; auto settled at {sorted(labels)}",
+          flush=True)
+    return median
 
 
 def _reference_line(report, reports, kind: str) -> None:
@@ -139,6 +171,9 @@ def main():
                     help="the fixed rows' read_many values (auto rows choose their own)")
     ap.add_argument("--prefetch", default="0",
                     help="the fixed rows' prefetch values (auto rows choose their own)")
+    ap.add_argument("--held-out", type=int, default=0,
+                    help="after the grid's rounds, this many rounds of auto and the best "
+                         "fixed row alone, side by side (the worst line then uses them)")
     ap.add_argument("--images", type=int, default=4000, help="images of (a), (c) and (s)")
     ap.add_argument("--compare", default=None,
                     help="reference rows (bench --compare); default tfdata, and ceilings on (a)")
@@ -159,12 +194,15 @@ def main():
             if "auto" in readers:  # auto builds one graph whatever the threads and read_many
                 grid.append(dict(readers=["auto"], threads=threads[:1], read_many=[None],
                                  prefetch=[None]))
-            reports = [_joined([qk.benchmark(
-                data[name], **g, seconds=args.seconds, repeat=args.repeat,
-                step_ms=30.0 if name == "c" else 0.0,
-                image_size=(224, 224) if name == "j" else None,
-                compare=compare if i == 0 else (), consume=args.consume, progress=True)
-                for i, g in enumerate(grid)]) for _ in range(args.rounds)]
+            def run(compare=(), progress=True, data=data[name], name=name, **g):
+                return qk.benchmark(
+                    data, **g, seconds=args.seconds, repeat=args.repeat,
+                    step_ms=30.0 if name == "c" else 0.0,
+                    image_size=(224, 224) if name == "j" else None,
+                    compare=compare, consume=args.consume, progress=progress)
+
+            reports = [_joined([run(**g, compare=compare if i == 0 else ())
+                                for i, g in enumerate(grid)]) for _ in range(args.rounds)]
             report = merge(reports)
             print(f"\n== workload ({name}), consume={args.consume}", flush=True)
             print(report.table())
@@ -173,9 +211,15 @@ def main():
                 worst[name] = min(medians)
             for kind in ("tf.data batch-then-parse", "tf.data"):
                 _reference_line(report, reports, kind)
+            if args.held_out and medians:
+                held = _held_out(_best_fixed(report), grid[-1], args.held_out,
+                                 lambda **g: run(**g, progress=False).rows[0])
+                if held is not None:
+                    worst[name] = held
     if worst:
         name = min(worst, key=worst.get)
-        print("\nauto / best fixed row, median of per-round ratios: "
+        print("\nauto / best fixed row, median of per-round ratios"
+              + (" (held-out rounds)" if args.held_out else "") + ": "
               + ", ".join(f"({k}) {v:.3f}" for k, v in worst.items())
               + f"; worst ({name}) {worst[name]:.3f}")
 

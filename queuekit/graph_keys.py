@@ -26,6 +26,9 @@ class GraphKeys:
     # Collection: names of the queues whose element is a whole batch (read_many="batch"):
     # one dequeue takes a batch of records, not one.
     WHOLE_BATCHES = "queuekit_whole_batches"
+    # Collection: names of tuned queues whose readers decode each record (JPEG, PNG): a read
+    # of many costs per record, so its tuner starts, as a read of one does, at half the threads.
+    DECODING = "queuekit_decoding"
     # Collection: names of the queues of batches made ready ahead of the step (prefetch).
     READY_BATCHES = "queuekit_ready_batches"
     # Objects: one cluster.work.WorkQueue per work_queue builder; the session runs its threads.

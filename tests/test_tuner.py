@@ -9,8 +9,9 @@ import pytest
 import tensorflow as tf
 
 import queuekit as qk
+from queuekit.graph_keys import GraphKeys
 from queuekit.session import tuner
-from tests.helpers import run_script, signal_when_ready, write_id_records
+from tests.helpers import run_script, signal_when_ready, write_id_records, write_image_records
 
 
 class Producer:
@@ -244,6 +245,24 @@ def test_reads_of_many_records_start_at_one_thread(tmp_path, monkeypatch, read_m
     assert state.maximum == 8  # 8 readers, a thread each
     assert state.active == (4 if read_many is None else 1)
     assert sorted(ids) == list(range(160))
+
+
+def test_reads_of_many_images_to_decode_start_at_half_the_threads(tmp_path, monkeypatch):
+    """PNG records are read 64 a step under "auto", but each costs a decode: the tuner
+    starts them at half the threads, as reads of one record, not at one."""
+    monkeypatch.setattr(tuner, "SETTLE_SECS", 600.0)  # the tuner's first window never ends
+    files = [write_image_records(tmp_path / f"{k}.tfrecords", range(20 * k, 20 * k + 20),
+                                 fmt="png") for k in range(4)]
+    with qk.QueueSession() as qs:
+        b = qk.tfrecord_batches(files, batch_size=8, num_epochs=1, num_readers="auto",
+                                max_readers=8)
+        qs.start()
+        state = _state(qs)
+        names = [x.decode() for y in qs.iterate(b) for x in y["filename"].tolist()]
+    assert qs.graph.get_collection(GraphKeys.DECODING)
+    assert state.maximum == 8
+    assert state.active == 4
+    assert sorted(names) == sorted(f"id{i}" for i in range(80))
 
 
 @pytest.mark.parametrize("max_readers", [1, 2, 4])

@@ -155,6 +155,12 @@ def mark_tuned() -> None:
     tf.compat.v1.add_to_collection(GraphKeys.AUTOTUNE, runner.queue.queue_ref.op.name)
 
 
+def mark_decoding() -> None:
+    """Name the tuned queue just built as one whose readers decode each record they read."""
+    tuned = tf.compat.v1.get_collection(GraphKeys.AUTOTUNE)
+    tf.compat.v1.add_to_collection(GraphKeys.DECODING, tuned[-1])
+
+
 @contextlib.contextmanager
 def quiet_deprecations():
     """Silence TF's deprecation warnings for the queue API, inside our builders only."""

@@ -34,6 +34,7 @@ from queuekit.pipelines.batching import (
     file_batches,
     keeps_last_batch,
     make_batch,
+    mark_decoding,
     mark_tuned,
     normalized,
     quiet_deprecations,
@@ -237,8 +238,11 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         count = read_count(read_many, batch_size)
         return lambda: _records(reader, filename_queue, count, record_shard), parsed
 
-    return file_batches(files, read, opts, read_many=read_many, name=name or "tfrecord_batches",
-                        device=device)
+    batch = file_batches(files, read, opts, read_many=read_many,
+                         name=name or "tfrecord_batches", device=device)
+    if encoded and read_many and num_readers == "auto":
+        mark_decoding()
+    return batch
 
 
 def _pair(size) -> tuple[int, int]:

@@ -80,13 +80,14 @@ class SessionThreads:
         queue_ops(self._graph).update(runners)
         tuned = {os.fsdecode(n) for n in self._graph.get_collection(GraphKeys.AUTOTUNE)}
         whole = {os.fsdecode(n) for n in self._graph.get_collection(GraphKeys.WHOLE_BATCHES)}
+        decoding = {os.fsdecode(n) for n in self._graph.get_collection(GraphKeys.DECODING)}
         tuners = []
         for qr in runners[self._n_runners:]:
             name = qr.queue.queue_ref.op.name
             if name in tuned and name not in self.runners.gates and len(qr.enqueue_ops) > 1:
+                many = name in whole or qr.enqueue_ops[0].type.startswith("QueueEnqueueMany")
                 gate = Gate(len(qr.enqueue_ops), first_count(
-                    len(qr.enqueue_ops), many=name in whole
-                    or qr.enqueue_ops[0].type.startswith("QueueEnqueueMany")))
+                    len(qr.enqueue_ops), many=many and name not in decoding))
                 tuners.append(Tuner(name, gate, self.coord,
                                     lambda q=name: self.runners.enqueues.get(q, 0),
                                     lambda q=name: self.runners.fill(q)))
