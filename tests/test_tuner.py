@@ -11,6 +11,7 @@ import tensorflow as tf
 import queuekit as qk
 from queuekit.graph_keys import GraphKeys
 from queuekit.session import tuner
+from queuekit.session.queue_ops import records_per_enqueue
 from tests.helpers import run_script, signal_when_ready, write_id_records, write_image_records
 
 
@@ -222,6 +223,85 @@ def test_a_starved_queue_gets_no_thread_while_the_cores_are_busy():
                        fill=lambda k: 0.0, rate=lambda k: 1000.0 * k, cores=(4, 2))
     assert [(d.from_count, d.to_count) for d in four[:2]] == [(3, 4), (4, 5)]
     assert two == []  # the same windows, on 2 cores: no move
+
+
+class StockedPipeline:
+    """A queue of ``span`` records between readers making ``produce(k)`` records a second
+    and a consumer taking ``consume(k)``: a window's enqueues include what went into the
+    queue's stock, as in a real queue."""
+
+    def __init__(self, gate, *, produce, consume, span):
+        self.gate, self._produce, self._consume, self.span = gate, produce, consume, span
+        self._lock = threading.Lock()
+        self._t, self._k, self._n, self._stock = time.monotonic(), gate.active, 0.0, 0.0
+
+    def _advance(self):
+        with self._lock:
+            now = time.monotonic()
+            made = self._produce(self._k) * (now - self._t)
+            stock = self._stock + made - self._consume(self._k) * (now - self._t)
+            if stock > self.span:  # readers blocked on a full queue
+                made -= stock - self.span
+            self._stock = min(self.span, max(0.0, stock))  # an empty queue: the step waits
+            self._n += made
+            self._t, self._k = now, self.gate.active
+
+    def enqueues(self):
+        self._advance()
+        return self._n
+
+    def cpu(self):
+        self._advance()
+        return self._n * 1e-4
+
+    def fill(self):
+        self._advance()
+        return self._stock / self.span
+
+
+@pytest.mark.parametrize("drained_at_4", [850.0, 1000.0])
+def test_a_thread_is_judged_by_the_records_drained_not_those_stocked(drained_at_4):
+    """Starved at 3 threads (900 records/s made, the step could take 1,000). A fourth makes
+    1,200/s, the excess filling the queue through the window after the move: kept when the
+    step then takes 1,000/s, undone when the fourth slows the step to 850/s (it shares the
+    cores), although 1,200 enqueues/s were counted in both."""
+    coord = tf.compat.v1.train.Coordinator()
+    gate = tuner.Gate(6, tuner.first_count(6))
+    pipe = StockedPipeline(gate, produce=lambda k: 300.0 * k, span=1000.0,
+                           consume=lambda k: 1000.0 if k <= 3 else drained_at_4)
+    tune = tuner.Tuner("q", gate, coord, pipe.enqueues, pipe.fill, cpu=pipe.cpu, cores=8,
+                       per_fill=pipe.span)
+    tune.thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not tune.history and time.monotonic() < deadline:
+            threading.Event().wait(0.05)
+    finally:
+        coord.request_stop()
+        tune.thread.join(5)
+    assert not tune.thread.is_alive()
+    first = tune.history[0]
+    if drained_at_4 < 900:
+        assert (first.from_count, first.to_count) == (4, 3), tune.history  # undone
+        assert first.reason.startswith("undo")
+        assert first.rate == pytest.approx(850, rel=0.05)
+    else:
+        assert (first.from_count, first.to_count, first.reason) == (3, 4, "more input needed")
+        assert first.rate == pytest.approx(1000, rel=0.05)
+
+
+@pytest.mark.parametrize("read_many", [None, 16, "batch"])
+def test_the_tuner_knows_the_records_of_one_enqueue(tmp_path, read_many):
+    """One record, the read's count (a queue's stock in enqueues is its size over it), or
+    one whole batch per enqueue."""
+    with qk.QueueSession() as qs:
+        qk.tfrecord_batches(_files(tmp_path, 2, 10), batch_size=4, num_epochs=1,
+                            num_readers="auto", max_readers=2, read_many=read_many,
+                            parse_fn=_parse_ids)
+        (name,) = qs.graph.get_collection(GraphKeys.AUTOTUNE)
+        (runner,) = [r for r in qs.graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
+                     if r.queue.queue_ref.op.name == name]
+        assert records_per_enqueue(runner.enqueue_ops[0]) == (16 if read_many == 16 else 1)
 
 
 def _parse_ids(serialized):

@@ -313,6 +313,14 @@ class RunnerSet:
         floor = handles[0].min_after_dequeue
         return min(1.0, max(0.0, (int(size) - floor) / max(1, handles[0].capacity - floor)))
 
+    def span(self, queue: str) -> int:
+        """The elements that fill one runner queue from empty (from its shuffle floor);
+        0 when its capacity is unknown."""
+        for h in self._ops.handles([queue]):
+            if h.capacity:
+                return max(0, h.capacity - h.min_after_dequeue)
+        return 0
+
     def stats(self) -> list[QueueStat]:
         """Size and capacity of every runner queue, read with a deadline."""
         handles = [h for h in self._ops.handles(self._queue_names) if h.size is not None]

@@ -25,7 +25,7 @@ from queuekit.session.diagnose import empty_files
 from queuekit.session.interrupt import ROUTER, SessionSignals
 from queuekit.session.policy import RunPolicy, RunState
 from queuekit.session.profile import InputProfile
-from queuekit.session.queue_ops import queue_ops, sync_tokens
+from queuekit.session.queue_ops import queue_ops, records_per_enqueue, sync_tokens
 from queuekit.session.reads import ReadsCache, queue_op, queues_read
 from queuekit.session.runners import RunnerSet
 from queuekit.session.stall import StallWatch
@@ -88,9 +88,11 @@ class SessionThreads:
                 many = name in whole or qr.enqueue_ops[0].type.startswith("QueueEnqueueMany")
                 gate = Gate(len(qr.enqueue_ops), first_count(
                     len(qr.enqueue_ops), many=many and name not in decoding))
+                per = records_per_enqueue(qr.enqueue_ops[0])
                 tuners.append(Tuner(name, gate, self.coord,
                                     lambda q=name: self.runners.enqueues.get(q, 0),
-                                    lambda q=name: self.runners.fill(q)))
+                                    lambda q=name: self.runners.fill(q),
+                                    per_fill=self.runners.span(name) / per if per else 0.0))
         self.runners.start(runners, {t.queue: t.gate for t in tuners})
         for t in tuners:
             t.thread.start()

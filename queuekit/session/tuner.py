@@ -5,9 +5,9 @@ queue in the graph collection :data:`queuekit.graph_keys.GraphKeys.AUTOTUNE`. Th
 that runner a :class:`Gate` (thread i enqueues only while i < active) and a
 :class:`Tuner` thread, which hill-climbs like ``tf.data``'s AUTOTUNE:
 
-- every window it measures the production rate (completed enqueues per
-  second, counted by the runner threads), the queue's mean fill and the
-  process's CPU seconds per enqueue;
+- every window it measures the rate (enqueues per second, counted by the
+  runner threads, less those that went into the queue's stock), the queue's
+  mean fill and the process's CPU seconds per enqueue;
 - a starved queue (fill below ``LOW`` and not rising: the input is the slow
   side) gets one more active thread. A low fill that rises by ``RISE`` in a
   window is a queue its readers are filling faster than the step drains it
@@ -136,9 +136,9 @@ class Gate:
 class Sample:
     """One window's measurement."""
 
-    rate: float  # enqueues/s
+    rate: float  # enqueues/s the queue gave out (what was enqueued less what it kept)
     fill: float  # the queue's mean fill, 0 to 1
-    cpu: float  # process CPU seconds per enqueue (inf when nothing was enqueued)
+    cpu: float  # process CPU seconds per enqueue given out (inf when none was)
     rise: float = 0.0  # the fill's change over the window (its last readings against its first)
     busy: float = 0.0  # process CPU seconds per second of the window
 
@@ -172,11 +172,17 @@ class Tuner:
     ``enqueues()`` counts completed enqueues, ``fill()`` is the queue's fill
     (or None when unknown), ``cpu()`` the process's CPU seconds so far
     (:func:`time.process_time`; injectable for tests), ``cores`` the cores the process
-    may run on.
+    may run on. ``per_fill``: the enqueues that fill the queue from empty (0: not
+    known). A window's rate is what the queue gave out: the enqueues less what
+    went into its stock. Without it, a thread added to a starved queue of 12 KB
+    records, 64 a read, was credited with the ~100 enqueues/s that filled the
+    queue in the window after the move, and kept where the records drained ran
+    no faster; taken away, the queue's stock was drained and the fewer threads
+    looked slower and costlier per record than they were.
     """
 
     def __init__(self, queue: str, gate: Gate, coord, enqueues, fill, cpu=time.process_time,
-                 cores: int | None = None):
+                 cores: int | None = None, per_fill: float = 0.0):
         self.queue = queue
         self.gate = gate
         self._coord = coord
@@ -184,6 +190,7 @@ class Tuner:
         self._fill = fill
         self._cpu = cpu
         self._cores = cores or usable_cores()
+        self._per_fill = per_fill
         self.history: list[Decision] = []
         self._blocked: dict[tuple[int, int], float] = {}  # (from, to) -> when it was undone
         self._least_cpu = math.inf  # the least CPU per enqueue measured with the queue full
@@ -209,6 +216,7 @@ class Tuner:
         """One window's :class:`Sample`; None when stopping."""
         if self._coord.wait_for_stop(SETTLE_SECS):
             return None
+        first = self._fill()
         count0, cpu0, t0 = self._enqueues(), self._cpu(), time.monotonic()
         fills = []
         while time.monotonic() - t0 < WINDOW_SECS:
@@ -218,6 +226,8 @@ class Tuner:
             if fill is not None:
                 fills.append(fill)
         count, used, wall = self._enqueues() - count0, self._cpu() - cpu0, time.monotonic() - t0
+        if first is not None and fills:  # the stock's change, from the window's two ends
+            count = max(0.0, count - (fills[-1] - first) * self._per_fill)
         # Two readings at each end: one reading of a nearly empty queue is noise.
         rise = statistics.mean(fills[-2:]) - statistics.mean(fills[:2]) if fills else 0.0
         return Sample(count / wall, statistics.mean(fills) if fills else 0.0,
