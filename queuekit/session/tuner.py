@@ -174,11 +174,11 @@ class Tuner:
     (:func:`time.process_time`; injectable for tests), ``cores`` the cores the process
     may run on. ``per_fill``: the enqueues that fill the queue from empty (0: not
     known). A window's rate is what the queue gave out: the enqueues less what
-    went into its stock. Without it, a thread added to a starved queue of 12 KB
-    records, 64 a read, was credited with the ~100 enqueues/s that filled the
-    queue in the window after the move, and kept where the records drained ran
-    no faster; taken away, the queue's stock was drained and the fewer threads
-    looked slower and costlier per record than they were.
+    went into its stock. Without it, a second reader added to a starved queue of
+    12 KB records, 64 a read, was credited with the enqueues that filled the
+    queue in the window after the move (666/s counted, where one reader gave out
+    about 600) and kept; taken away again, the queue's stock was drained and one
+    reader looked slower and costlier per record than it was.
     """
 
     def __init__(self, queue: str, gate: Gate, coord, enqueues, fill, cpu=time.process_time,
