@@ -2,6 +2,7 @@
 
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -670,6 +671,13 @@ def test_an_input_cut_by_another_queue_s_end_is_reported(caplog):
         give = tokens.enqueue_many([[0, 0]])
         step = [batch, tokens.dequeue()]
         qs.run(give)
+        qs.start()
+        # The batch queue full before the steps (bounded), so that elements are left in it
+        # after two steps take 10: on a loaded machine its runner may not have refilled it.
+        deadline, tick = time.monotonic() + 30, threading.Event()
+        while not any(q.name == "batch/fifo_queue" and q.size == 20 for q in qs.queue_stats()):
+            assert time.monotonic() < deadline, qs.queue_stats()
+            tick.wait(0.01)
         qs.run(step)
         qs.run(tokens.close())  # the chief's input ended
         qs.run(step)  # the second token
