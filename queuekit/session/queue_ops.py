@@ -15,6 +15,8 @@ import weakref
 
 import tensorflow as tf
 
+from queuekit.session.reads import ancestors
+
 QUEUE_OP_TYPES = ("FIFOQueueV2", "RandomShuffleQueueV2", "PaddingFIFOQueueV2", "PriorityQueueV2")
 
 
@@ -164,21 +166,13 @@ def _capacity(queue_op: tf.Operation) -> int | None:
     return None if cap < 0 else int(cap)
 
 
-def records_per_enqueue(enqueue_op: tf.Operation, *, limit: int = 2000) -> int | None:
+def records_per_enqueue(enqueue_op: tf.Operation) -> int | None:
     """The elements one run of ``enqueue_op`` adds: 1, or for an ``enqueue_many`` the
-    count of the read it carries (``ReaderReadUpToV2``, found walking back through at
-    most ``limit`` ops); None when it cannot be told."""
+    count of the read it carries (``ReaderReadUpToV2``); None when it cannot be told."""
     if not enqueue_op.type.startswith("QueueEnqueueMany"):
         return 1
-    seen: set[str] = set()
-    todo = [t.op for t in enqueue_op.inputs]
-    while todo and len(seen) < limit:
-        op = todo.pop()
-        if op.name in seen:
-            continue
-        seen.add(op.name)
+    for op in ancestors([enqueue_op]):
         if op.type == "ReaderReadUpToV2":
             count = tf.get_static_value(op.inputs[2])
             return None if count is None else max(1, int(count))
-        todo += [t.op for t in op.inputs]
     return None
