@@ -111,10 +111,12 @@ class Pipeline:
         self.gate, self._rate, self._cpu_of, self._fill = gate, rate, cpu_per_record, fill
         self._lock = threading.Lock()
         self._t, self._k, self._n, self._cpu = time.monotonic(), gate.active, 0.0, 0.0
+        self.seconds: dict[int, float] = {}  # how long each count ran (to the last reading)
 
     def _advance(self):
         with self._lock:  # the time since the last reading ran at the count seen then
             now = time.monotonic()
+            self.seconds[self._k] = self.seconds.get(self._k, 0.0) + now - self._t
             n = self._rate(self._k) * (now - self._t)
             self._n += n
             self._cpu += n * self._cpu_of(self._k)
@@ -223,6 +225,36 @@ def test_a_starved_queue_gets_no_thread_while_the_cores_are_busy():
                        fill=lambda k: 0.0, rate=lambda k: 1000.0 * k, cores=(4, 2))
     assert [(d.from_count, d.to_count) for d in four[:2]] == [(3, 4), (4, 5)]
     assert two == []  # the same windows, on 2 cores: no move
+
+
+@pytest.mark.parametrize("rate_at_4", [600.0, 960.0])
+def test_a_thread_that_plainly_lowers_the_rate_is_undone_in_half_a_window(rate_at_4):
+    """Starved at 3 threads (1,000 records/s). A fourth that gives out 600/s is undone once
+    half a window shows it; one that gives out 960/s (within the noise that a half window
+    cannot tell) is measured the whole window, and undone then."""
+    coord = tf.compat.v1.train.Coordinator()
+    gate = tuner.Gate(6, tuner.first_count(6))
+    pipe = Pipeline(gate, rate=lambda k: 1000.0 if k <= 3 else rate_at_4,
+                    cpu_per_record=lambda k: 1e-4, fill=lambda k: 0.0)
+    tune = tuner.Tuner("q", gate, coord, pipe.enqueues, pipe.fill, cpu=pipe.cpu, cores=8)
+    tune.thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not tune.history and time.monotonic() < deadline:
+            threading.Event().wait(0.05)
+    finally:
+        coord.request_stop()
+        tune.thread.join(5)
+    assert not tune.thread.is_alive()
+    first = tune.history[0]
+    assert (first.from_count, first.to_count) == (4, 3), tune.history
+    assert first.rate == pytest.approx(rate_at_4, rel=0.05)
+    # Counted from the window's first reading (its settling counts to 3): a whole window is
+    # at least WINDOW_SECS; half of one ends at the first reading past its middle.
+    if rate_at_4 < 900:
+        assert pipe.seconds[4] < tuner.WINDOW_SECS, pipe.seconds
+    else:
+        assert pipe.seconds[4] >= tuner.WINDOW_SECS, pipe.seconds
 
 
 class StockedPipeline:

@@ -14,7 +14,9 @@ that runner a :class:`Gate` (thread i enqueues only while i < active) and a
   (every queue starts so): more threads cannot help the step there. A growth
   that lowers the rate is undone (between two windows of one count the rate
   varies by about 3% here, so a rule of "must gain 5%" undid moves that paid,
-  and one of "may lose 5%" kept moves that cost, up to the maximum). Not while
+  and one of "may lose 5%" kept moves that cost, up to the maximum); one that
+  lowers it by twice ``MARGIN`` after half its window, as a failed probe costs
+  what its window lost. Not while
   the process already keeps its cores ``BUSY`` (as ``tf.data``'s AUTOTUNE keeps
   within a CPU budget of the cores): on 2 cores four readers of 196 KB records
   or of JPEGs ran at 186-199% CPU, and counts above four ran no faster than
@@ -212,19 +214,29 @@ class Tuner:
         finally:
             self.gate.open()
 
-    def _measure(self) -> Sample | None:
-        """One window's :class:`Sample`; None when stopping."""
+    def _measure(self, early=None) -> Sample | None:
+        """One window's :class:`Sample`; None when stopping. ``early(half)``: whether the
+        first half of the window already decides (then that half's sample is returned)."""
         if self._coord.wait_for_stop(SETTLE_SECS):
             return None
         first = self._fill()
         count0, cpu0, t0 = self._enqueues(), self._cpu(), time.monotonic()
-        fills = []
+        fills: list[float] = []
+        judged = early is None
         while time.monotonic() - t0 < WINDOW_SECS:
             if self._coord.wait_for_stop(WINDOW_SECS / 5) or self.gate.opened:
                 return None
             fill = self._fill()
             if fill is not None:
                 fills.append(fill)
+            if not judged and time.monotonic() - t0 >= WINDOW_SECS / 2:
+                judged = True
+                half = self._sample(first, fills, count0, cpu0, t0)
+                if early(half):
+                    return half
+        return self._sample(first, fills, count0, cpu0, t0)
+
+    def _sample(self, first, fills, count0, cpu0, t0) -> Sample:
         count, used, wall = self._enqueues() - count0, self._cpu() - cpu0, time.monotonic() - t0
         if first is not None and fills:  # the stock's change, from the window's two ends
             count = max(0.0, count - (fills[-1] - first) * self._per_fill)
@@ -237,7 +249,11 @@ class Tuner:
         k = self.gate.active
         if (s.fill < LOW and s.rise < RISE and k < self.gate.total
                 and s.busy < BUSY * self._cores and self._may(k, k + 1)):
-            return self._try(k, k + 1, s, lambda a: a.rate >= s.rate)
+            # A thread that plainly lowers the rate is undone after half a window: on 12 KB
+            # records read 64 at a time a second reader gave out 20-40% fewer, and each
+            # such probe costs its window (docs/autotune.rst).
+            return self._try(k, k + 1, s, lambda a: a.rate >= s.rate,
+                             early=lambda a: a.rate < s.rate * (1 - 2 * MARGIN))
         if s.fill > HIGH and s.rate == 0 and k > 1:
             # Nobody drains the queue: the paused threads are not needed until it does.
             return self._try(k, k - 1, s, lambda a: True)
@@ -259,9 +275,9 @@ class Tuner:
         undone = self._blocked.get((k, to))
         return undone is None or time.monotonic() - undone > REPROBE_SECS
 
-    def _try(self, k: int, to: int, before: Sample, keep) -> Sample | None:
+    def _try(self, k: int, to: int, before: Sample, keep, early=None) -> Sample | None:
         self.gate.set_active(to)
-        after = self._measure()
+        after = self._measure(early)
         if after is None:
             return None
         if keep(after):
