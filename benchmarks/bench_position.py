@@ -4,6 +4,7 @@ machine's noise (a measurement's CPU per record spreads about 8% between runs of
 code; one process per measurement adds its own malloc state to that).
 
     python benchmarks/bench_position.py [--rounds 100] [--seconds 3] [--configs 2:0]
+    perf record -F 499 -- python benchmarks/bench_position.py --only on --rounds 1 --seconds 15
 
 Each round builds both pipelines, each in its own graph and ``QueueSession``, in an
 order drawn anew, and measures the records/s and the process's CPU time per record of
@@ -11,7 +12,8 @@ the loop ``bench_resume.py`` runs (20 warm-up steps, batches of 32 consumed in t
 graph). "off" is what ``position_off.py`` makes of the code, done here by swapping the
 builders' parts for the run: ``string_input_producer`` for the epoch producer, the
 plain read, no reader key carried through the queues, nothing noted in the step.
-Prints the medians and the median of the per-round ratios, with their quartiles.
+Prints the medians and the median of the per-round ratios, with their quartiles;
+with ``--only``, each measurement of that side alone (for a profiler).
 """
 
 import argparse
@@ -87,6 +89,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--records", type=int, default=2000)
     ap.add_argument("--configs", default="2:0", help="READERS:READ_MANY,... (bench_ab's)")
+    ap.add_argument("--only", choices=("on", "off"), help="measure that side alone")
     args = ap.parse_args()
     configs = []
     for part in args.configs.split(","):
@@ -99,11 +102,17 @@ def main():
         rows: dict[tuple, list[tuple[float, float]]] = {}
         for _ in range(args.rounds):
             for readers, read_many in configs:
-                sides = [True, False]
+                sides = [True, False] if args.only is None else [args.only == "on"]
                 order.shuffle(sides)
                 for position in sides:
                     rows.setdefault((readers, read_many, position), []).append(
                         measure(files, position, readers, read_many, args.seconds))
+                    if args.only:
+                        rate, cpu = rows[(readers, read_many, position)][-1]
+                        print(f"{args.only}: {rate:,.0f} rec/s, {cpu:.1f} us CPU/record, "
+                              f"{rate * args.seconds:,.0f} records")
+    if args.only:
+        return
     print(f"workload (a), {args.rounds} rounds of {args.seconds:g} s in one process")
     for readers, read_many in configs:
         on, off = rows[(readers, read_many, True)], rows[(readers, read_many, False)]
