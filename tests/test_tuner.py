@@ -227,16 +227,11 @@ def test_a_starved_queue_gets_no_thread_while_the_cores_are_busy():
     assert two == []  # the same windows, on 2 cores: no move
 
 
-@pytest.mark.parametrize("rate_at_4", [600.0, 960.0])
-def test_a_thread_that_plainly_lowers_the_rate_is_undone_in_half_a_window(rate_at_4):
-    """Starved at 3 threads (1,000 records/s). A fourth that gives out 600/s is undone once
-    half a window shows it; one that gives out 960/s (within the noise that a half window
-    cannot tell) is measured the whole window, and undone then."""
+def _first_move(gate, pipe, **kwargs):
+    """A tuner (8 cores) on a simulated ``pipe``: its first decision, and its history then."""
     coord = tf.compat.v1.train.Coordinator()
-    gate = tuner.Gate(6, tuner.first_count(6))
-    pipe = Pipeline(gate, rate=lambda k: 1000.0 if k <= 3 else rate_at_4,
-                    cpu_per_record=lambda k: 1e-4, fill=lambda k: 0.0)
-    tune = tuner.Tuner("q", gate, coord, pipe.enqueues, pipe.fill, cpu=pipe.cpu, cores=8)
+    tune = tuner.Tuner("q", gate, coord, pipe.enqueues, pipe.fill, cpu=pipe.cpu, cores=8,
+                       **kwargs)
     tune.thread.start()
     try:
         deadline = time.monotonic() + 30
@@ -246,8 +241,20 @@ def test_a_thread_that_plainly_lowers_the_rate_is_undone_in_half_a_window(rate_a
         coord.request_stop()
         tune.thread.join(5)
     assert not tune.thread.is_alive()
-    first = tune.history[0]
-    assert (first.from_count, first.to_count) == (4, 3), tune.history
+    assert tune.history, "the tuner made no move in 30 s"
+    return tune.history[0], list(tune.history)
+
+
+@pytest.mark.parametrize("rate_at_4", [600.0, 960.0])
+def test_a_thread_that_plainly_lowers_the_rate_is_undone_in_half_a_window(rate_at_4):
+    """Starved at 3 threads (1,000 records/s). A fourth that gives out 600/s is undone once
+    half a window shows it; one that gives out 960/s (within the noise that a half window
+    cannot tell) is measured the whole window, and undone then."""
+    gate = tuner.Gate(6, tuner.first_count(6))
+    pipe = Pipeline(gate, rate=lambda k: 1000.0 if k <= 3 else rate_at_4,
+                    cpu_per_record=lambda k: 1e-4, fill=lambda k: 0.0)
+    first, history = _first_move(gate, pipe)
+    assert (first.from_count, first.to_count) == (4, 3), history
     assert first.rate == pytest.approx(rate_at_4, rel=0.05)
     # Counted from the window's first reading (its settling counts to 3): a whole window is
     # at least WINDOW_SECS; half of one ends at the first reading past its middle.
@@ -297,24 +304,12 @@ def test_a_thread_is_judged_by_the_records_drained_not_those_stocked(drained_at_
     1,200/s, the excess filling the queue through the window after the move: kept when the
     step then takes 1,000/s, undone when the fourth slows the step to 850/s (it shares the
     cores), although 1,200 enqueues/s were counted in both."""
-    coord = tf.compat.v1.train.Coordinator()
     gate = tuner.Gate(6, tuner.first_count(6))
     pipe = StockedPipeline(gate, produce=lambda k: 300.0 * k, span=1000.0,
                            consume=lambda k: 1000.0 if k <= 3 else drained_at_4)
-    tune = tuner.Tuner("q", gate, coord, pipe.enqueues, pipe.fill, cpu=pipe.cpu, cores=8,
-                       per_fill=pipe.span)
-    tune.thread.start()
-    try:
-        deadline = time.monotonic() + 30
-        while not tune.history and time.monotonic() < deadline:
-            threading.Event().wait(0.05)
-    finally:
-        coord.request_stop()
-        tune.thread.join(5)
-    assert not tune.thread.is_alive()
-    first = tune.history[0]
+    first, history = _first_move(gate, pipe, per_fill=pipe.span)
     if drained_at_4 < 900:
-        assert (first.from_count, first.to_count) == (4, 3), tune.history  # undone
+        assert (first.from_count, first.to_count) == (4, 3), history  # undone
         assert first.reason.startswith("undo")
         assert first.rate == pytest.approx(850, rel=0.05)
     else:
