@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 
+from bench_ab import _configs
 from bench_resume import ROOT, workload_a
 
 sys.path.insert(0, ROOT)
@@ -88,14 +89,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--records", type=int, default=2000)
-    ap.add_argument("--configs", default="2:0", help="READERS:READ_MANY,... (bench_ab's)")
+    ap.add_argument("--configs", type=_configs, default=_configs("2:0"),
+                    help="READERS:READ_MANY,... (bench_ab's)")
     ap.add_argument("--only", choices=("on", "off"), help="measure that side alone")
     args = ap.parse_args()
-    configs = []
-    for part in args.configs.split(","):
-        readers, many = part.split(":")
-        configs.append((int(readers), None if many == "0" else
-                        many if many == "batch" else int(many)))
+    configs = args.configs
     order = random.Random(0)
     with tempfile.TemporaryDirectory() as tmp:
         files = workload_a(tmp, args.records)
@@ -109,8 +107,7 @@ def main():
                         measure(files, position, readers, read_many, args.seconds))
                     if args.only:
                         rate, cpu = rows[(readers, read_many, position)][-1]
-                        print(f"{args.only}: {rate:,.0f} rec/s, {cpu:.1f} us CPU/record, "
-                              f"{rate * args.seconds:,.0f} records")
+                        print(f"{args.only}: {rate:,.0f} rec/s, {cpu:.1f} us CPU/record")
     if args.only:
         return
     print(f"workload (a), {args.rounds} rounds of {args.seconds:g} s in one process")
