@@ -28,7 +28,12 @@ from queuekit.arguments import (
     size,
 )
 from queuekit.bench_command import add_bench_parser
-from queuekit.program import Terminated, quiet_tensorflow, signals_end_the_command
+from queuekit.program import (
+    Terminated,
+    ignore_ending_signals,
+    quiet_tensorflow,
+    signals_end_the_command,
+)
 from queuekit.version import __version__
 
 log = logging.getLogger(__name__)
@@ -211,9 +216,11 @@ def main(argv: list[str] | None = None) -> int:
         with signals_end_the_command(), quiet_tensorflow(args.verbose, load=load):
             return _run(func, args)
     except KeyboardInterrupt:
+        ignore_ending_signals()
         print(f"queuekit {args.command}: interrupted", file=sys.stderr)
         return 130
     except Terminated as e:
+        ignore_ending_signals()
         print(f"queuekit {args.command}: stopped by {signal.Signals(e.signum).name}",
               file=sys.stderr)
         return 128 + e.signum

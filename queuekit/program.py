@@ -38,6 +38,19 @@ def signals_end_the_command():
             signal.signal(signum, handler)
 
 
+def ignore_ending_signals() -> None:
+    """The command was ended by a signal: ignore SIGINT, SIGTERM and SIGHUP until exit.
+
+    What is left is the interpreter's exit, which joins the worker pool's thread and stops
+    the fork server (tens of ms). A second Ctrl-C there killed the process by SIGINT
+    instead of letting it exit 130. The program calls this, never the library.
+    """
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            if signum is not None:
+                signal.signal(signum, signal.SIG_IGN)
+
+
 @contextlib.contextmanager
 def quiet_tensorflow(verbose: bool, *, load: bool = True):
     """TensorFlow's start-up log off for the command; ``load``: import it now, silently

@@ -1,5 +1,6 @@
 """`make` under faults and hostile input: signals, dead parents, odd names, unreadable folders."""
 
+import contextlib
 import os
 import shutil
 import signal
@@ -14,9 +15,10 @@ import queuekit as qk
 from queuekit.records import commit as commit_module
 from queuekit.records.example import decode_example
 from queuekit.records.files import expand_files
+from queuekit.records.guard import first_signal_ends
 from queuekit.records.labels import read_labels
 from queuekit.records.tfrecord import scan_records
-from tests.helpers import default_signals, descendants, gone
+from tests.helpers import default_signals, descendants, gone, run_script
 from tests.imagefactory import make_mixed_folder, rgb
 
 
@@ -355,6 +357,141 @@ def test_two_quick_ctrl_c_during_make_exit_130_leaving_nothing(tmp_path):
     assert "interrupted" in err and "Traceback" not in err
     assert os.listdir(out_dir) == []
     assert gone(workers)
+
+
+def test_a_second_ctrl_c_cannot_cut_the_clean_up_of_the_first():
+    """make and export run under first_signal_ends: the first Ctrl-C raises, one that lands
+    in the clean-up (outside any deferred block) is dropped, and Python's handler is back
+    after."""
+    cleaned = []
+    with pytest.raises(KeyboardInterrupt):
+        with first_signal_ends():
+            try:
+                signal.raise_signal(signal.SIGINT)  # its handler runs on return, here
+            finally:
+                signal.raise_signal(signal.SIGINT)
+                cleaned.append(True)
+    assert cleaned == [True]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_ctrl_c_after_the_command_ended_does_not_change_its_exit(tmp_path):
+    """A second Ctrl-C once make said "interrupted" (its process still exiting: the pool's
+    thread joined, the fork server stopped) leaves exit 130; it was killed by SIGINT."""
+    _photos(tmp_path / "src", 1200)
+    out_dir = tmp_path / "out"
+    proc = _start_make(tmp_path / "src", out_dir / "d.tfrecords")
+    workers = _wait_for_workers(proc, out_dir)
+    proc.send_signal(signal.SIGINT)
+    try:
+        said = proc.stderr.readline()
+        ignored = _signal_mask(proc.pid, "SigIgn")  # exiting: tens of ms left to read it
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert said == "queuekit make: interrupted\n", said + err
+    assert ignored & (1 << (signal.SIGINT - 1)), "a later Ctrl-C is not ignored"
+    assert proc.returncode == 130, err[-2000:]
+    assert os.listdir(out_dir) == []
+    assert gone(workers)
+
+
+_CTRL_C_IN_A_WORKER_START = """
+import multiprocessing, os, sys
+import queuekit as qk
+from queuekit.records.guard import descendants
+
+try:
+    qk.write_tfrecords(sys.argv[1], sys.argv[2], image_size=8, workers=2, progress=False)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+# The fork server serves its requests in order: once this process has run, every worker
+# start asked for before it has happened, and a worker the pool lost would be alive now.
+probe = multiprocessing.get_context("forkserver").Process(target=os.getpid)
+probe.start()
+probe.join()
+parent = {p: int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1])
+          for p in descendants(os.getpid())}
+# The fork server and the resource tracker are this process's children; workers, theirs.
+print("workers", sum(pp != os.getpid() for pp in parent.values()), flush=True)
+"""
+
+
+def _command_line(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _waiting_on_a_pipe(pid: int) -> bool:
+    """True while ``pid`` sleeps in a pipe read (where the kernel names its wait channel)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        with open(f"/proc/{pid}/wchan") as f:
+            return state == "S" and "pipe_read" in f.read()
+    except OSError:
+        return False
+
+
+def _signal_mask(pid: int, field: str) -> int:
+    """A signal mask of ``pid`` from /proc (SigIgn, SigPnd, ShdPnd...)."""
+    with open(f"/proc/{pid}/status") as f:
+        fields = dict(line.split(":", 1) for line in f if ":" in line)
+    return int(fields[field], 16)
+
+
+def _pending(pid: int, signum: int) -> bool:
+    """True while ``signum`` sent to ``pid`` is not yet delivered to it."""
+    mask = _signal_mask(pid, "ShdPnd") | _signal_mask(pid, "SigPnd")
+    return bool(mask & (1 << (signum - 1)))
+
+
+def test_a_ctrl_c_while_a_worker_starts_leaves_no_worker(tmp_path):
+    """Ctrl-C while the pool waits for the fork server to start a worker: that worker is
+    still stopped with the rest (it was left, unknown to the pool: a make hung at exit)."""
+    make_mixed_folder(tmp_path / "src")
+    proc = run_script(_CTRL_C_IN_A_WORKER_START, str(tmp_path / "src"),
+                      str(tmp_path / "out" / "d.tfrecords"))
+    server = None
+    try:
+        deadline = time.monotonic() + 60
+        while server is None and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            server = next((p for p in descendants(proc.pid)
+                           if b"forkserver" in _command_line(p)), None)
+        assert server is not None, "the fork server never started"
+        # The program asks the fork server for the first worker and reads its pid from a
+        # pipe; the server still loads its modules (numpy, Pillow) and has not answered.
+        # Stopped now, it cannot answer: the program waits inside that worker's start.
+        while not _waiting_on_a_pipe(proc.pid):
+            assert proc.poll() is None and time.monotonic() < deadline, "never waited"
+            time.sleep(0.001)
+        os.kill(server, signal.SIGSTOP)
+        assert not descendants(server), "the fork server answered before it was stopped"
+        proc.send_signal(signal.SIGINT)
+        while _pending(proc.pid, signal.SIGINT):
+            time.sleep(0.001)
+        os.kill(server, signal.SIGCONT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if server is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(server, signal.SIGCONT)
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    # Lost, the worker either waited for work forever or died starting, its queues gone.
+    assert out.split() == ["interrupted", "workers", "0"], (out, err)
+    assert "Traceback" not in err, err
+    assert not (tmp_path / "out" / "d.tfrecords").exists()
+    assert gone([server])
 
 
 def test_a_script_without_the_main_guard_gets_a_clear_error(tmp_path):

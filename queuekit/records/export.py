@@ -28,7 +28,7 @@ from queuekit.errors import (
 )
 from queuekit.records.example import decode_example
 from queuekit.records.files import atomic_write, expand_files
-from queuekit.records.guard import exclusive, signals_deferred
+from queuekit.records.guard import exclusive, first_signal_ends, signals_deferred
 from queuekit.records.tfrecord import Corruption, scan_records
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ def export_images(tfrecords, out_dir, *, format: str = "jpg", overwrite: bool = 
     files = expand_files(tfrecords)
     out_dir = os.fspath(out_dir)
     os.makedirs(out_dir, exist_ok=True)
-    with exclusive(os.path.join(out_dir, LOCK), f"export folder {out_dir}"):
+    with first_signal_ends(), exclusive(os.path.join(out_dir, LOCK), f"export folder {out_dir}"):
         _remove_dead_staging(out_dir)  # we hold the lock: no live export owns one
         previous = _previous_export(out_dir, overwrite)
         staging = tempfile.mkdtemp(prefix=STAGING, dir=out_dir)

@@ -111,6 +111,40 @@ def signals_deferred() -> Iterator[None]:
             signal.raise_signal(signum)
 
 
+@contextlib.contextmanager
+def first_signal_ends() -> Iterator[None]:
+    """While the block runs, the first SIGINT, SIGTERM or SIGHUP goes to its handler (which
+    raises ``KeyboardInterrupt`` and ends the block) and any later one is dropped.
+
+    From the first ending signal on, the block is cleaning up. A second Ctrl-C (a user
+    pressing twice) that landed in the unwinding before a :func:`signals_deferred` block
+    began would cut the clean-up short and leave temp files. Dropped, not deferred: it
+    asks for what is already happening. The clean-up is bounded (one chunk's time for
+    ``make``); SIGKILL still ends it at once, and the next run removes what it leaves.
+    Only handlers set in Python are wrapped; only in the main thread.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous: dict[int, Any] = {}
+    ended: list[int] = []
+
+    def end_once(signum, frame):
+        if not ended:
+            ended.append(signum)
+            previous[signum](signum, frame)
+
+    for signum in _ENDING:
+        handler = signal.getsignal(signum)
+        if callable(handler) and not getattr(handler, "_queuekit_defers", False):
+            previous[signum] = signal.signal(signum, end_once)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def _noting(noted: list[int]):
     def note(signum, frame):
         noted.append(signum)

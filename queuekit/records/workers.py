@@ -147,7 +147,13 @@ def encoded_chunks(tasks, workers: int, spool: str,
 
     def in_order():
         for part, path in chunks:
-            window.append((part, path, pool.submit(_encode_chunk, part, path)))
+            # A submit may start a worker, and a Ctrl-C inside that start (waiting for the
+            # fork server to name the new process) left a worker the pool did not know:
+            # at shutdown it took the stop meant for a known one, and the pool waited for
+            # that one forever (1 make in 10 under load, reproduced).
+            with signals_deferred():
+                future = pool.submit(_encode_chunk, part, path)
+            window.append((part, path, future))
             if len(window) >= 2 * workers:
                 part, path, future = window.popleft()
                 yield part, path, future.result()

@@ -32,7 +32,7 @@ from queuekit.records.commit import (
 from queuekit.records.encode import FORMATS, WRITE_SCHEMAS
 from queuekit.records.files import temp_beside
 from queuekit.records.folder import ImageFolder, scan_image_folder
-from queuekit.records.guard import signals_deferred
+from queuekit.records.guard import first_signal_ends, signals_deferred
 from queuekit.records.images import MAX_PIXELS
 from queuekit.records.labels import write_labels
 from queuekit.records.workers import check_not_bootstrapping, copy_bytes, encoded_chunks
@@ -119,7 +119,9 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str | No
     height, width, encoding = check_options(image_size, encoding, schema, shards)
     workers = (os.cpu_count() or 1) if workers is None else max(1, int(workers))
     output = check_output(output)
-    with output_lock(output):  # one make per output: what it finds of it is a dead run's
+    # One make per output: what it finds of it is a dead run's. A second Ctrl-C must not
+    # cut the first one's clean-up.
+    with first_signal_ends(), output_lock(output):
         return _write(source, output, height, width, encoding, schema, shards, workers,
                       overwrite, strict, progress, start_method)
 
