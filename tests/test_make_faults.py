@@ -375,6 +375,20 @@ def test_a_second_ctrl_c_cannot_cut_the_clean_up_of_the_first():
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+def test_a_program_s_own_ctrl_c_handler_still_gets_every_signal_during_make():
+    """A handler that does not raise ("stop after this epoch") ends nothing: it is not
+    muted after its first call."""
+    calls = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: calls.append(signum))
+    try:
+        with first_signal_ends():
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert calls == [signal.SIGINT, signal.SIGINT]
+
+
 def test_a_ctrl_c_after_the_command_ended_does_not_change_its_exit(tmp_path):
     """A second Ctrl-C once make said "interrupted" (its process still exiting: the pool's
     thread joined, the fork server stopped) leaves exit 130; it was killed by SIGINT."""

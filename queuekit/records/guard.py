@@ -113,13 +113,14 @@ def signals_deferred() -> Iterator[None]:
 
 @contextlib.contextmanager
 def first_signal_ends() -> Iterator[None]:
-    """While the block runs, the first SIGINT, SIGTERM or SIGHUP goes to its handler (which
-    raises ``KeyboardInterrupt`` and ends the block) and any later one is dropped.
+    """While the block runs, once a SIGINT, SIGTERM or SIGHUP handler has raised (ending the
+    block: ``KeyboardInterrupt``), any later ending signal is dropped. A handler that
+    does not raise (a program's "stop after this epoch") keeps getting every signal.
 
-    From the first ending signal on, the block is cleaning up. A second Ctrl-C (a user
-    pressing twice) that landed in the unwinding before a :func:`signals_deferred` block
-    began would cut the clean-up short and leave temp files. Dropped, not deferred: it
-    asks for what is already happening. The clean-up is bounded (one chunk's time for
+    From then on, the block is cleaning up. A second Ctrl-C (a user pressing twice) that
+    landed in the unwinding before a :func:`signals_deferred` block began would cut the
+    clean-up short and leave temp files. Dropped, not deferred: it asks for what is
+    already happening. The clean-up is bounded (one chunk's time for
     ``make``); SIGKILL still ends it at once, and the next run removes what it leaves.
     Only handlers set in Python are wrapped; only in the main thread.
     """
@@ -130,9 +131,13 @@ def first_signal_ends() -> Iterator[None]:
     ended: list[int] = []
 
     def end_once(signum, frame):
-        if not ended:
-            ended.append(signum)
+        if ended:
+            return
+        try:
             previous[signum](signum, frame)
+        except BaseException:
+            ended.append(signum)
+            raise
 
     for signum in _ENDING:
         handler = signal.getsignal(signum)
