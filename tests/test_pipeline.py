@@ -152,7 +152,8 @@ def test_queuekit_made_files_carry_their_features(tmp_path):
     assert texts == {"bird", "dog", "猫"}
 
 
-@pytest.mark.parametrize("read_many,readers", [(None, 1), (4, 1), (None, "auto")])
+@pytest.mark.parametrize("read_many,readers", [(None, 1), (4, 1), ("batch", 1),
+                                               (None, "auto")])
 def test_wrong_raw_size_names_record_and_sizes(tmp_path, read_many, readers):
     """A raw record shorter than its shape fails naming file:byte offset and both sizes."""
     path = write_image_records(tmp_path / "short.tfrecords", range(5), raw_len=50)
@@ -164,6 +165,25 @@ def test_wrong_raw_size_names_record_and_sizes(tmp_path, read_many, readers):
                 pass
     msg = str(info.value)
     assert "expected 72 bytes" in msg and "short.tfrecords:0" in msg and "50" in msg
+
+
+@pytest.mark.parametrize("read_many", [4, "batch"])
+def test_one_wrong_raw_size_among_many_read_together_is_the_one_named(tmp_path, read_many):
+    """Three records read at once, the third short: the error names it alone."""
+    good = write_image_records(tmp_path / "good.tfrecords", range(2))
+    short = write_image_records(tmp_path / "short.tfrecords", [2], raw_len=50)
+    path = tmp_path / "mixed.tfrecords"
+    first_two = open(good, "rb").read()
+    path.write_bytes(first_two + open(short, "rb").read())
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+        with qk.QueueSession() as qs:
+            for _ in qs.iterate(qk.tfrecord_batches(str(path), batch_size=3, num_epochs=1,
+                                                    read_many=read_many, num_readers=1)):
+                pass
+    msg = str(info.value)
+    # The key is the record's file:byte offset: the third starts where the first two end.
+    assert f"mixed.tfrecords:{len(first_two)}]" in msg and "[50]" in msg, msg
+    assert "mixed.tfrecords:0" not in msg, msg
 
 
 def test_missing_and_empty_inputs_fail_at_build_time(tmp_path):
