@@ -175,6 +175,8 @@ def main():
                     help="after the grid's rounds, this many rounds of auto and the best "
                          "fixed row alone, side by side (the worst line then uses them)")
     ap.add_argument("--images", type=int, default=4000, help="images of (a), (c) and (s)")
+    ap.add_argument("--no-spinning", dest="spinning", action="store_false",
+                    help="every session with its thread pools' spinning off")
     ap.add_argument("--compare", default=None,
                     help="reference rows (bench --compare); default tfdata, and ceilings on (a)")
     args = ap.parse_args()
@@ -199,7 +201,8 @@ def main():
                     data, **g, seconds=args.seconds, repeat=args.repeat,
                     step_ms=30.0 if name == "c" else 0.0,
                     image_size=(224, 224) if name == "j" else None,
-                    compare=compare, consume=args.consume, progress=progress)
+                    compare=compare, consume=args.consume, spinning=args.spinning,
+                    progress=progress)
 
             reports = [_joined([run(**g, compare=compare if i == 0 else ())
                                 for i, g in enumerate(grid)]) for _ in range(args.rounds)]

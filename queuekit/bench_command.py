@@ -56,6 +56,10 @@ def add_bench_parser(sub) -> None:
                         "read_and_decode), hand (the 1x1 graph run by a hand-written "
                         "Session/Coordinator loop), ceilings (the files' bytes read alone; "
                         "normalising an in-memory batch)")
+    p.add_argument("--no-spinning", dest="spinning", action="store_false",
+                   help="run every session with its thread pools' spinning off (TensorFlow's "
+                        "config.experimental.disable_thread_spinning): on few cores, the "
+                        "readers of an input-bound loop get the CPU idle pool threads spun on")
     p.add_argument("--json", metavar="PATH", help="write machine-readable results")
     p.add_argument("--plot", metavar="PATH",
                    help="write a PNG of records/s and queue fill against readers "
@@ -108,7 +112,7 @@ def _run_bench(args) -> int:
                               seconds=args.seconds, warmup_batches=args.warmup_batches,
                               repeat=args.repeat, step_ms=args.step_ms, compare=compare,
                               image_size=args.image_size, consume=args.consume,
-                              progress=show_progress(args))
+                              spinning=args.spinning, progress=show_progress(args))
     print(report.table())
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

@@ -74,3 +74,17 @@ def test_the_best_row_is_compared_with_tf_data_at_its_best_first():
     first = BenchReport(rows, machine={}).summary().splitlines()[0]
     assert "(0.90x tf.data batch-then-parse, 1.50x tf.data)" in first
     assert "(1.50x tf.data)" in BenchReport(rows[:2], machine={}).summary()
+
+
+def test_rows_can_run_with_the_thread_pools_spinning_off(small_file, tmp_path):
+    """spinning=False: queuekit's and the hand-written rows run with that session config, and
+    the table and the JSON say so; by default they say nothing of it."""
+    report = qk.benchmark(small_file, readers=(1,), compare=("hand",), seconds=0.2, repeat=1,
+                          warmup_batches=1, batch_size=8, spinning=False)
+    assert [r.error for r in report.rows] == [None, None]
+    assert all(r.records_per_s for r in report.rows)
+    assert report.table().endswith("every session ran with its thread pools' spinning off")
+    assert '"spinning": false' in report.to_json()
+    default = qk.benchmark(small_file, readers=(1,), compare=(), seconds=0.2, repeat=1,
+                           warmup_batches=1, batch_size=8)
+    assert "spinning" not in default.table() and '"spinning": true' in default.to_json()

@@ -156,17 +156,21 @@ _BUILD = {"queuekit": _queuekit, "hand-written": _queuekit, "tf.data": _tfdata,
 
 
 @contextlib.contextmanager
-def _session(kind, graph):
+def _session(kind, graph, spinning=True):
     """(run, queue_stats, tuning, input_report) of a QueueSession, or of the hand-written
-    choreography."""
+    choreography; ``spinning`` False turns the thread pools' spinning off."""
     from queuekit.session.queue_session import QueueSession
 
+    config = None
+    if not spinning:
+        config = _tf().compat.v1.ConfigProto()
+        config.experimental.disable_thread_spinning = True
     if kind != "hand-written":
-        with QueueSession(graph, stall_timeout_secs=120) as qs:
+        with QueueSession(graph, config=config, stall_timeout_secs=120) as qs:
             yield qs.run, qs.queue_stats, qs.tuning, qs.input_report
         return
     v1 = _tf().compat.v1
-    with graph.as_default(), v1.Session(graph=graph) as sess:
+    with graph.as_default(), v1.Session(graph=graph, config=config) as sess:
         sess.run(v1.local_variables_initializer())
         coord = v1.train.Coordinator()
         threads = v1.train.start_queue_runners(sess=sess, coord=coord)
@@ -205,7 +209,8 @@ def _measure(spec) -> BenchRow:
         row.prefetch = _ready_batches(graph)
     rates, fills, cpu = [], [], []
     step = spec["step_ms"] / 1000.0
-    with _session(spec["kind"], graph) as (run, queue_stats, tuning, input_report):
+    with _session(spec["kind"], graph, spec.get("spinning", True)) as (
+            run, queue_stats, tuning, input_report):
         for _ in range(spec["warmup_batches"]):
             run(fetch)
         for _ in range(spec["repeat"]):

@@ -48,6 +48,7 @@ class BenchReport:
     machine: dict
     planned: int = 0  # configurations asked for; more than len(rows) when interrupted
     interrupted: bool = False
+    spinning: bool = True  # the sessions' thread pools spun while idle (TensorFlow's default)
 
     @property
     def best(self) -> BenchRow | None:
@@ -102,6 +103,8 @@ class BenchReport:
             pairs = enumerate(zip(cells, widths, strict=False))
             out.append(mark + "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in pairs))
         tail = [self.summary()]
+        if not self.spinning:
+            tail.append("every session ran with its thread pools' spinning off")
         if self.interrupted:
             tail.append(f"interrupted: {len(self.rows)} of {self.planned} configurations ran")
         return "\n".join(out + tail)
@@ -109,7 +112,7 @@ class BenchReport:
     def to_json(self) -> str:
         return json.dumps({"machine": self.machine, "rows": [dataclasses.asdict(r) | {
             "label": r.label} for r in self.rows], "summary": self.summary(),
-            "interrupted": self.interrupted}, indent=2)
+            "interrupted": self.interrupted, "spinning": self.spinning}, indent=2)
 
     def plot(self, path) -> None:
         """A PNG: records/s against readers (one line per threads/read-many), queue fill below.

@@ -51,7 +51,8 @@ def benchmark(files, *, readers=(1, 2, 4), threads=(1,), read_many=(None,), pref
               batch_size=32,
               shuffle=False, seconds=5.0, warmup_batches=20, repeat=3, step_ms=0.0,
               compare=("tfdata-batched", "tfdata", "seed"), image_size=None,
-              consume: str = "graph", progress=False, on_row=None) -> BenchReport:
+              consume: str = "graph", spinning: bool = True, progress=False,
+              on_row=None) -> BenchReport:
     """Measure every configuration of the grid, each in its own process.
 
     Args:
@@ -70,6 +71,11 @@ def benchmark(files, *, readers=(1, 2, 4), threads=(1,), read_many=(None,), pref
         consume: ``"graph"`` (the batch summed in the graph, like a step) or
             ``"numpy"`` (fetched, like a loop calling ``sess.run(batch)``); every
             row of the run consumes the same way.
+        spinning: False runs every row's session with its thread pools' spinning off
+            (``ConfigProto.experimental.disable_thread_spinning``). On a machine with
+            few cores, the pool threads that spin while idle take CPU from the readers
+            of an input-bound loop (``docs/benchmarks.rst``); a step-bound model may
+            run slower without it.
         progress: a tqdm bar over the configurations on stderr.
         on_row: called with each :class:`BenchRow` as it finishes.
 
@@ -91,13 +97,13 @@ def benchmark(files, *, readers=(1, 2, 4), threads=(1,), read_many=(None,), pref
         kinds = REFERENCES[c]
         for kind in (kinds,) if isinstance(kinds, str) else kinds:
             configs.append((kind, one, one, None, 0))
-    report = BenchReport([], machine_info(), planned=len(configs))
+    report = BenchReport([], machine_info(), planned=len(configs), spinning=spinning)
     try:
         for kind, r, t, k, p in tqdm(configs, desc="bench", disable=not progress, file=sys.stderr):
             spec = dict(kind=kind, readers=r, threads=t, read_many=k, prefetch=p, files=files,
                         batch_size=batch_size, shuffle=shuffle, seconds=seconds,
                         warmup_batches=warmup_batches, repeat=repeat, step_ms=step_ms,
-                        image_size=image_size, consume=consume)
+                        image_size=image_size, consume=consume, spinning=spinning)
             row = _in_child(spec)
             report.rows.append(row)
             log.debug("bench row done: %s: %s", row.label, row.error or
