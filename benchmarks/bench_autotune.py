@@ -65,7 +65,8 @@ def _data(tmp: str, names: list[str], images: int) -> dict[str, list[str]]:
 def _joined(reports):
     """One round's reports (the fixed grid, then auto's row) as one."""
     rows = [row for r in reports for row in r.rows]
-    return qk.BenchReport(rows, reports[0].machine, planned=len(rows))
+    return qk.BenchReport(rows, reports[0].machine, planned=len(rows),
+                          spinning=reports[0].spinning)
 
 
 def _same(report, row):

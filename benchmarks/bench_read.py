@@ -36,7 +36,8 @@ def merge(reports):
         rows.append(dataclasses.replace(
             mid, records_per_s=statistics.median(rates),
             runs=[round(x) for x in rates]))
-    return qk.BenchReport(rows, reports[0].machine, planned=len(rows))
+    return qk.BenchReport(rows, reports[0].machine, planned=len(rows),
+                          spinning=reports[0].spinning)
 
 
 def main():
