@@ -9,6 +9,8 @@ import signal
 import sys
 import threading
 
+from queuekit.records.guard import handlers_replaced
+
 
 class Terminated(BaseException):
     """SIGTERM or SIGHUP, raised in the main thread so that every ``finally`` cleans up."""
@@ -26,16 +28,10 @@ def _terminate(signum, frame):
 def signals_end_the_command():
     """SIGTERM and SIGHUP end the command like Ctrl-C (a batch scheduler's preemption,
     ``timeout``, ``docker stop``), unless the process chose to ignore them (``nohup``)."""
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
-            if signum is not None and signal.getsignal(signum) == signal.SIG_DFL:
-                previous[signum] = signal.signal(signum, _terminate)
-    try:
+    ending = [s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
+    with handlers_replaced(lambda _, handler: _terminate if handler == signal.SIG_DFL else None,
+                           ending):
         yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 def ignore_ending_signals() -> None:

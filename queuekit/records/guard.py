@@ -21,7 +21,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from queuekit.errors import OutputBusyError
@@ -80,6 +80,28 @@ _ENDING = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGH
 
 
 @contextlib.contextmanager
+def handlers_replaced(replace: Callable[[int, Any], Any], signals=_ENDING) -> Iterator[None]:
+    """While the block runs, each of ``signals`` has the handler ``replace(signum, its
+    handler)`` returns, unless that is None; the old ones are back after. Only in the main
+    thread: elsewhere Python cannot set a handler, and nothing is replaced."""
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in signals:
+            new = replace(signum, signal.getsignal(signum))
+            if new is not None:
+                previous[signum] = signal.signal(signum, new)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _defers(handler) -> bool:
+    return getattr(handler, "_queuekit_defers", False)
+
+
+@contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
     """Hold SIGINT, SIGTERM and SIGHUP until the block ends, then deliver them.
 
@@ -92,21 +114,17 @@ def signals_deferred() -> Iterator[None]:
     thread (elsewhere there is no handler to swap); nested blocks deliver at the
     outermost end.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     noted: list[int] = []
-    previous = {}
-    for signum in _ENDING:
-        handler = signal.getsignal(signum)
-        if handler in (signal.SIG_IGN, None) or getattr(handler, "_queuekit_defers", False):
-            continue  # ignored, installed from C, or an outer block already defers it
-        previous[signum] = signal.signal(signum, _noting(noted))
+    note = _noting(noted)
+
+    def defer(signum, handler):
+        # Not one ignored, installed from C, or already deferred by an outer block.
+        return None if handler in (signal.SIG_IGN, None) or _defers(handler) else note
+
     try:
-        yield
+        with handlers_replaced(defer):
+            yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
         for signum in dict.fromkeys(noted):  # each once: a third Ctrl-C is the second's echo
             signal.raise_signal(signum)
 
@@ -120,13 +138,10 @@ def first_signal_ends() -> Iterator[None]:
     From then on, the block is cleaning up. A second Ctrl-C (a user pressing twice) that
     landed in the unwinding before a :func:`signals_deferred` block began would cut the
     clean-up short and leave temp files. Dropped, not deferred: it asks for what is
-    already happening. The clean-up is bounded (one chunk's time for
-    ``make``); SIGKILL still ends it at once, and the next run removes what it leaves.
-    Only handlers set in Python are wrapped; only in the main thread.
+    already happening. The clean-up is bounded (one chunk's time for ``make``); SIGKILL
+    still ends it at once, and the next run removes what it leaves. Only handlers set in
+    Python are wrapped; only in the main thread.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     previous: dict[int, Any] = {}
     ended: list[int] = []
 
@@ -139,15 +154,14 @@ def first_signal_ends() -> Iterator[None]:
             ended.append(signum)
             raise
 
-    for signum in _ENDING:
-        handler = signal.getsignal(signum)
-        if callable(handler) and not getattr(handler, "_queuekit_defers", False):
-            previous[signum] = signal.signal(signum, end_once)
-    try:
+    def wrap(signum, handler):
+        if not callable(handler) or _defers(handler):
+            return None
+        previous[signum] = handler
+        return end_once
+
+    with handlers_replaced(wrap):
         yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 def _noting(noted: list[int]):
@@ -193,7 +207,7 @@ def workers_end_first(marker: str) -> Iterator[None]:
 
     for signum in _ENDING:
         handler = signal.getsignal(signum)
-        if callable(handler) and not getattr(handler, "_queuekit_defers", False):
+        if callable(handler) and not _defers(handler):
             previous[signum] = handler
             signal.signal(signum, kill_then_handle)
     try:
