@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 
-from queuekit.records.guard import handlers_replaced
+from queuekit.records.guard import ENDING, handlers_replaced
 
 
 class Terminated(BaseException):
@@ -28,9 +28,9 @@ def _terminate(signum, frame):
 def signals_end_the_command():
     """SIGTERM and SIGHUP end the command like Ctrl-C (a batch scheduler's preemption,
     ``timeout``, ``docker stop``), unless the process chose to ignore them (``nohup``)."""
-    ending = [s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)) if s is not None]
+    terminating = [s for s in ENDING if s != signal.SIGINT]
     with handlers_replaced(lambda _, handler: _terminate if handler == signal.SIG_DFL else None,
-                           ending):
+                           terminating):
         yield
 
 
@@ -42,9 +42,8 @@ def ignore_ending_signals() -> None:
     instead of letting it exit 130. The program calls this, never the library.
     """
     if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
-            if signum is not None:
-                signal.signal(signum, signal.SIG_IGN)
+        for signum in ENDING:
+            signal.signal(signum, signal.SIG_IGN)
 
 
 @contextlib.contextmanager

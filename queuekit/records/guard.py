@@ -75,12 +75,12 @@ def exclusive(path: str, what: str) -> Iterator[None]:
             os.close(fd)
 
 
-_ENDING = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None))
+ENDING = tuple(s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None))
                 if s is not None)
 
 
 @contextlib.contextmanager
-def handlers_replaced(replace: Callable[[int, Any], Any], signals=_ENDING) -> Iterator[None]:
+def handlers_replaced(replace: Callable[[int, Any], Any], signals=ENDING) -> Iterator[None]:
     """While the block runs, each of ``signals`` has the handler ``replace(signum, its
     handler)`` returns, unless that is None; the old ones are back after. Only in the main
     thread: elsewhere Python cannot set a handler, and nothing is replaced."""
@@ -99,6 +99,17 @@ def handlers_replaced(replace: Callable[[int, Any], Any], signals=_ENDING) -> It
 
 def _defers(handler) -> bool:
     return getattr(handler, "_queuekit_defers", False)
+
+
+def _wrapping(wrapper, previous: dict[int, Any]) -> Callable[[int, Any], Any]:
+    """For :func:`handlers_replaced`: ``wrapper`` in place of each handler set in Python that
+    does not defer the signal, that handler kept in ``previous`` for the wrapper to call."""
+    def wrap(signum, handler):
+        if not callable(handler) or _defers(handler):
+            return None
+        previous[signum] = handler
+        return wrapper
+    return wrap
 
 
 @contextlib.contextmanager
@@ -154,13 +165,7 @@ def first_signal_ends() -> Iterator[None]:
             ended.append(signum)
             raise
 
-    def wrap(signum, handler):
-        if not callable(handler) or _defers(handler):
-            return None
-        previous[signum] = handler
-        return end_once
-
-    with handlers_replaced(wrap):
+    with handlers_replaced(_wrapping(end_once, previous)):
         yield
 
 
@@ -205,17 +210,11 @@ def workers_end_first(marker: str) -> Iterator[None]:
         _kill(marker, before)
         return previous[signum](signum, frame)
 
-    for signum in _ENDING:
-        handler = signal.getsignal(signum)
-        if callable(handler) and not _defers(handler):
-            previous[signum] = handler
-            signal.signal(signum, kill_then_handle)
     try:
-        yield
+        with handlers_replaced(_wrapping(kill_then_handle, previous)):
+            yield
     finally:
         done.set()
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
         if reaper.is_alive():
             reaper.join()
             _kill(marker, before)  # one orphaned since the reaper's last pass
