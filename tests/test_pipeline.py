@@ -463,3 +463,54 @@ def test_pad_last_batch_of_a_hand_built_batch_returns_the_mask_beside_it():
         got = list(qs.iterate([padded, mask]))
     assert [v[m].tolist() for v, m in got] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     assert got[-1][0].tolist() == [8, 9, 0, 0]
+
+
+def test_pad_last_batch_rows_reach_a_valid_conv_under_tf_default_options():
+    """The padded last batch keeps its padded rows through a VALID Conv2D and a concat under
+    TensorFlow's default CPU options (oneDNN's Pad+Conv rewrite dropped them: im2txt's
+    ``ConcatOp [2,32] vs [4,32]``); the real rows equal the conv of the unpadded batch."""
+    with qk.QueueSession() as qs:
+        x = v1.train.range_input_producer(6, num_epochs=1, shuffle=False).dequeue()
+        image = tf.fill([9, 9, 3], tf.cast(x, tf.float32) + 1.0)
+        batch = v1.train.batch([image], batch_size=4, allow_smaller_final_batch=True)
+        padded, mask = qk.pad_last_batch(batch, 4)
+        kernel = tf.reshape(tf.range(54, dtype=tf.float32), [3, 3, 3, 2]) / 54.0
+        conv = tf.nn.relu(tf.nn.conv2d(padded, kernel, strides=2, padding="VALID"))
+        flat = tf.concat([tf.reshape(conv, [4, -1]), tf.zeros([4, 1])], axis=1)
+        unpadded = tf.nn.conv2d(batch, kernel, strides=2, padding="VALID")
+        got = list(qs.iterate([flat, tf.reshape(tf.nn.relu(unpadded), [-1, 32]), mask]))
+    assert [f.shape for f, _, _ in got] == [(4, 33), (4, 33)]
+    last_flat, last_real, last_mask = got[-1]
+    assert last_mask.tolist() == [True, True, False, False]
+    np.testing.assert_allclose(last_flat[:2, :32], last_real)
+    assert not last_flat[2:].any()
+
+
+def test_pad_last_batch_pads_strings_and_sparse_var_len_features(tmp_path):
+    """A parse_fn giving a var-len feature (a SparseTensor, as Inception's bboxes) and a string
+    pads: the sparse batch's dense shape becomes [batch_size, n] with no new value, the
+    strings get empty rows (it was ``TypeError: Failed to convert elements of SparseTensor``)."""
+    path = str(tmp_path / "v.tfrecords")
+    with tf.io.TFRecordWriter(path) as w:
+        for i in range(5):
+            w.write(tf.train.Example(features=tf.train.Features(feature={
+                "box": tf.train.Feature(float_list=tf.train.FloatList(value=[i] * (i % 3))),
+                "name": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"r%d" % i])),
+            })).SerializeToString())
+
+    def parse(serialized):
+        return tf.io.parse_example(serialized, {
+            "box": tf.io.VarLenFeature(tf.float32),
+            "name": tf.io.FixedLenFeature([], tf.string)})
+
+    with qk.QueueSession() as qs:
+        batch = qk.tfrecord_batches(path, batch_size=4, num_epochs=1, parse_fn=parse,
+                                    read_many="batch", num_readers=1)
+        padded = qk.pad_last_batch(batch, 4)
+        dense = tf.sparse.to_dense(padded["box"])
+        got = list(qs.iterate([padded["name"], dense, padded["valid"], padded["box"].values]))
+    assert [n.tolist() for n, _, _, _ in got] == [[b"r0", b"r1", b"r2", b"r3"],
+                                                 [b"r4", b"", b"", b""]]
+    assert got[1][1].shape[0] == 4 and not got[1][1][1:].any()
+    assert got[1][2].tolist() == [True, False, False, False]
+    assert got[1][3].tolist() == [4.0]

@@ -525,6 +525,24 @@ def test_an_error_handed_back_to_request_stop_is_raised_at_close(tmp_path):
     assert "a.tfrecords" in str(info.value) + "".join(getattr(info.value, "__notes__", []))
 
 
+def test_the_end_of_data_handed_back_to_request_stop_is_a_clean_stop(tmp_path):
+    """The eval loop of cifar10_eval / im2txt (``while not should_stop(): run`` in a try,
+    ``except Exception as e: request_stop(e)``) over a good file of one epoch ends cleanly:
+    every record read and nothing raised at close, as the Coordinator's
+    ``clean_stop_exception_types`` treat OutOfRangeError (it raised EndOfData at close)."""
+    path = write_id_records(tmp_path / "a.tfrecords", 40)
+    with qk.QueueSession() as qs:
+        batch = id_reader_batch([path], batch_size=8)
+        seen = []
+        try:
+            while not qs.should_stop():
+                seen.extend(qs.run(batch).tolist())
+        except Exception as e:  # noqa: BLE001 - the legacy loop's own words
+            qs.request_stop(e)
+            assert isinstance(e, tf.errors.OutOfRangeError)
+    assert sorted(seen) == list(range(40))
+
+
 def test_a_stall_handed_back_to_request_stop_is_raised_at_close():
     """A stalled eval input caught by the loop and given to request_stop fails the `with`."""
     with pytest.raises(qk.PipelineStalled):

@@ -20,7 +20,8 @@ def pad_last_batch(batch: Any, batch_size: int, *, mask_key: str = "valid") -> A
 
     Build the batch with ``allow_smaller_final_batch=True`` (the builders'
     default with ``num_epochs``); every batch then has the static shape
-    ``[batch_size, ...]``, the last one padded with zeros (empty strings), and a
+    ``[batch_size, ...]``, the last one padded with zeros (empty strings; a ``SparseTensor``, such
+    as a var-len feature, gets the larger dense shape and no new values), and a
     boolean mask of ``[batch_size]`` says which rows are records. A metric over
     every record of an epoch weighs by it::
 
@@ -41,19 +42,27 @@ def pad_last_batch(batch: Any, batch_size: int, *, mask_key: str = "valid") -> A
         raise ValueError("pad_last_batch needs a batch with at least one tensor")
     if isinstance(batch, dict) and mask_key in batch:
         raise ValueError(f"the batch already has a {mask_key!r} entry: pass another mask_key")
-    rows = tf.shape(flat[0], out_type=tf.int32)[0]
+    first = flat[0]
+    rows = (tf.cast(first.dense_shape[0], tf.int32) if isinstance(first, tf.SparseTensor)
+            else tf.shape(first, out_type=tf.int32)[0])
     checks = [tf.debugging.assert_less_equal(
         rows, batch_size, message=f"pad_last_batch: a batch is larger than {batch_size}")]
     with tf.control_dependencies(checks):
         missing = batch_size - rows
 
     def pad(tensor):
+        if isinstance(tensor, tf.SparseTensor):
+            # Padding rows of a sparse batch adds no value: only its dense shape grows.
+            shape = tf.concat([[tf.constant(batch_size, tf.int64)], tensor.dense_shape[1:]], 0)
+            return tf.SparseTensor(tensor.indices, tensor.values, shape)
         tensor = tf.convert_to_tensor(tensor)
         rank = tensor.shape.rank
         if rank is None or rank == 0:
             raise ValueError(f"pad_last_batch: {tensor.name} has no batch dimension")
-        paddings = [[0, missing]] + [[0, 0]] * (rank - 1)
-        out = tf.pad(tensor, paddings)
+        # A concat with zeros, not tf.pad: oneDNN's rewrite of a Pad before a VALID Conv2D
+        # (TF's default CPU build) was seen to drop the padded rows (#43); concat is kept.
+        zeros = tf.zeros(tf.concat([[missing], tf.shape(tensor)[1:]], 0), tensor.dtype)
+        out = tf.concat([tensor, zeros], 0)
         out.set_shape([batch_size, *tensor.shape.as_list()[1:]])
         return out
 

@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_STOP_GRACE_SECS = 2.0
 INTERRUPTED_GRACE_SECS = 2.0  # the most a shutdown after Ctrl-C waits for a thread
+# What request_stop(e) takes as the input's normal end, as the Coordinator's default does.
+CLEAN_STOP = (tf.errors.OutOfRangeError,)
 DEFAULT_STALL_TIMEOUT_SECS = 60.0
 
 _v1 = tf.compat.v1
@@ -237,8 +239,12 @@ class QueueSession(SessionInterface):
         As ``Coordinator.request_stop(ex)`` then ``join()``: an exception the loop
         caught and handed back here (even one a run raised, with queuekit's note on
         the file and record) is raised when the session closes, so the program
-        fails as the original did."""
+        fails as the original did. The end of the input (``OutOfRangeError``, so
+        :class:`EndOfData`) is a clean stop, as in the Coordinator's
+        ``clean_stop_exception_types``: never raised again."""
         running = self._ensure_started()
+        if exc is not None and isinstance(exc, CLEAN_STOP):
+            exc = None
         if exc is not None and running.policy.requested is None:
             running.policy.requested = exc
         # A tuple, because the Coordinator otherwise reads sys.exc_info(), which is
