@@ -31,6 +31,12 @@ class GraphKeys:
     DECODING = "queuekit_decoding"
     # Collection: names of the queues of batches made ready ahead of the step (prefetch).
     READY_BATCHES = "queuekit_ready_batches"
+    # Collection: summaries made while a builder built its readers (a parse_fn's), kept out
+    # of SUMMARIES: merge_all() in a step would read records that never reach a batch.
+    READER_SUMMARIES = "queuekit_reader_summaries"
+    # Collection: report_uninitialized_variables ops a builder made, for a graph finalized
+    # before its session starts (the session cannot make one then).
+    VARIABLE_REPORTS = "queuekit_variable_reports"
     # Objects: one cluster.work.WorkQueue per work_queue builder; the session runs its threads.
     WORK_QUEUES = "queuekit_work_queues"
     # Objects: one pipelines.position.InputPosition per resumable builder; the session tracks

@@ -1,6 +1,12 @@
+import os
 import threading
 
 import pytest
+
+# TensorFlow's C++ log lines (a warning such as "Local rendezvous is aborting", written when a
+# test's session closes a queue under a blocked run) would print amid pytest's dots; set before
+# any test module imports TensorFlow, and inherited by the programs the tests start.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 _OURS = ("queuekit-", "QueueRunnerThread")
 

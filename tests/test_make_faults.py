@@ -508,18 +508,24 @@ def test_a_ctrl_c_while_a_worker_starts_leaves_no_worker(tmp_path):
     assert gone([server])
 
 
-def test_a_script_without_the_main_guard_gets_a_clear_error(tmp_path):
-    """write_tfrecords at a script's top level with workers: an error that names the guard,
-    not BrokenProcessPool, and the program ends."""
+def test_a_script_without_the_main_guard_runs_its_top_level_once(tmp_path):
+    """write_tfrecords at a script's top level with workers (the seed script's own shape):
+    the workers never import the script, so its top level runs once (it ran 3 times, an
+    ``rmtree`` of the output folder with it) and every image is written."""
     make_mixed_folder(tmp_path / "src")
+    runs = tmp_path / "runs.txt"
     script = tmp_path / "unguarded.py"
     script.write_text(
-        "import queuekit as qk\n"
-        f"qk.write_tfrecords({str(tmp_path / 'src')!r}, {str(tmp_path / 'o.tfrecords')!r},\n"
-        "                   image_size=8, workers=2, progress=False)\n")
+        "import os, multiprocessing, queuekit as qk\n"
+        f"with open({str(runs)!r}, 'a') as f:\n"
+        "    f.write(f'{os.getpid()}\\n')\n"
+        f"r = qk.write_tfrecords({str(tmp_path / 'src')!r}, {str(tmp_path / 'o.tfrecords')!r},\n"
+        "                       image_size=8, workers=2, progress=False)\n"
+        "print(r.written, len(multiprocessing.active_children()))\n")
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           timeout=120, preexec_fn=default_signals)
-    assert proc.returncode != 0
-    assert 'if __name__ == "__main__":' in proc.stderr
-    assert "BrokenProcessPool" not in proc.stderr.splitlines()[-1]
-    assert not (tmp_path / "o.tfrecords").exists()
+    assert proc.returncode == 0, proc.stderr
+    assert len(runs.read_text().split()) == 1
+    expected = len(qk.scan_image_folder(tmp_path / "src"))
+    assert proc.stdout.split() == [str(expected), "0"]
+    assert len(list(scan_records(str(tmp_path / "o.tfrecords"), data=False))) == expected

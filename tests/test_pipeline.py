@@ -9,8 +9,9 @@ import tensorflow as tf
 from PIL import Image
 
 import queuekit as qk
+from queuekit.graph_keys import GraphKeys
 from queuekit.pipelines import batching, builders
-from tests.helpers import records_per_read, v1, write_image_records
+from tests.helpers import records_per_read, v1, write_id_records, write_image_records
 from tests.imagefactory import make_mixed_folder, rgb
 from tests.seed import makeTFRec
 
@@ -436,6 +437,36 @@ def test_a_corrupt_image_read_by_a_whole_file_reader_is_named(tmp_path):
     assert f"the image that failed to decode is {paths[1]}" in notes
 
 
+def test_a_corrupt_image_is_named_in_a_program_that_turned_eager_off(tmp_path):
+    """The same pipeline in a TF1 program on TF2 (``disable_eager_execution()`` first, as
+    pix2pix and every such program does): the image file is still named (the search was
+    skipped when eager was off)."""
+    import subprocess
+    import sys
+
+    paths = []
+    for i in range(3):
+        path = tmp_path / f"{i}.jpg"
+        Image.fromarray(rgb(16, 16, seed=i)).save(path)
+        paths.append(str(path))
+    data = open(paths[1], "rb").read()
+    open(paths[1], "wb").write(data[:20] + b"\0" * (len(data) - 20))
+    script = (
+        "import sys, tensorflow as tf, queuekit as qk\n"
+        "v1 = tf.compat.v1\n"
+        "v1.disable_eager_execution()\n"
+        "with qk.QueueSession() as qs:\n"
+        "    fq = v1.train.string_input_producer(sys.argv[1:], num_epochs=1, shuffle=False)\n"
+        "    _, contents = v1.WholeFileReader().read(fq)\n"
+        "    image = tf.image.resize(tf.image.decode_jpeg(contents, channels=3), (8, 8))\n"
+        "    for _ in qs.iterate(v1.train.batch([image], batch_size=1)):\n"
+        "        pass\n")
+    done = subprocess.run([sys.executable, "-c", script, *paths], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1
+    assert f"the image that failed to decode is {paths[1]}" in done.stderr, done.stderr[-2000:]
+
+
 def test_pad_last_batch_gives_static_batches_and_every_record_once(tmp_path):
     """50 records in batches of 16: four batches of static shape [16, ...], the last padded;
     the mask marks exactly the 50 records, each once (without it the last 2 were dropped or
@@ -514,3 +545,74 @@ def test_pad_last_batch_pads_strings_and_sparse_var_len_features(tmp_path):
     assert got[1][1].shape[0] == 4 and not got[1][1][1:].any()
     assert got[1][2].tolist() == [True, False, False, False]
     assert got[1][3].tolist() == [4.0]
+
+
+def _id_parse(serialized):
+    return {"id": tf.io.parse_single_example(
+        serialized, {"id": tf.io.FixedLenFeature([], tf.int64)})["id"]}
+
+
+def test_a_builder_pipeline_runs_in_a_graph_finalized_before_the_session(tmp_path):
+    """g.finalize() after building (im2txt's, TF's eval scripts) still initialises the
+    pipeline's epoch counters: every record once (it was FailedPrecondition, uninitialized
+    ``input_producer/epoch``, in a runner thread)."""
+    path = write_id_records(tmp_path / "a.tfrecords", 30)
+    graph = tf.Graph()
+    with graph.as_default():
+        batch = qk.tfrecord_batches(path, batch_size=8, num_epochs=1, parse_fn=_id_parse,
+                                    allow_smaller_final_batch=True)
+        count = v1.train.get_or_create_global_step()
+        init = v1.global_variables_initializer()  # the program's own, as im2txt's restore
+    graph.finalize()
+    with qk.QueueSession(graph) as qs:
+        qs.run(init)
+        got = [i for b in qs.iterate(batch) for i in b["id"].tolist()]
+        assert qs.run(count) == 0
+    assert sorted(got) == list(range(30))
+
+
+def test_a_summary_made_in_parse_fn_never_reads_records_in_the_step(tmp_path, caplog):
+    """An image summary inside parse_fn (im2txt's, Slim's, Inception's preprocessing) with
+    merge_all() fetched by every step: every record delivered once (it was 0 of 40, no
+    error: the summaries ran the readers in the step); the summaries are kept aside."""
+    path = write_id_records(tmp_path / "a.tfrecords", 40)
+
+    def parse(serialized):
+        out = _id_parse(serialized)
+        v1.summary.image("seen", tf.zeros([1, 2, 2, 1]) + tf.cast(out["id"], tf.float32))
+        return out
+
+    with caplog.at_level("INFO", logger="queuekit"):
+        with qk.QueueSession() as qs:
+            batch = qk.tfrecord_batches(path, batch_size=8, num_epochs=1, parse_fn=parse,
+                                        num_readers=3, allow_smaller_final_batch=True)
+            v1.summary.scalar("mean_id", tf.reduce_mean(tf.cast(batch["id"], tf.float32)))
+            merged = v1.summary.merge_all()
+            got = [i for b, _ in qs.iterate([batch, merged]) for i in b["id"].tolist()]
+        kept = qs.graph.get_collection(GraphKeys.READER_SUMMARIES)
+    assert sorted(got) == list(range(40))
+    assert [s.op.type for s in kept] == ["ImageSummary"] * 3  # one per reader, not merged
+    assert "kept out of SUMMARIES" in caplog.text
+
+
+@pytest.mark.parametrize("make", ["tfrecord", "fixed_length"])
+def test_an_endless_input_of_the_default_builder_gives_its_first_pass_as_one_pass(
+        tmp_path, make):
+    """num_epochs=None with a parse_fn and num_readers left to its default: the first
+    records/batch_size batches hold every record once (with "auto" readers by default
+    magenta's eval saw 19 distinct records of 48), as the program's one reader read them."""
+    n = 48
+    if make == "tfrecord":
+        path = write_id_records(tmp_path / "a.tfrecords", n)
+        batch = lambda: qk.tfrecord_batches(path, batch_size=8, parse_fn=_id_parse)  # noqa: E731
+    else:
+        path = str(tmp_path / "a.bin")
+        with open(path, "wb") as f:
+            f.write(np.arange(n, dtype=np.int64).tobytes())
+        batch = lambda: qk.fixed_length_batches(  # noqa: E731
+            path, record_bytes=8, batch_size=8,
+            parse_fn=lambda v: {"id": tf.io.decode_raw(v, tf.int64)[0]})
+    with qk.QueueSession() as qs:
+        b = batch()
+        got = [i for _ in range(n // 8) for i in qs.run(b["id"]).tolist()]
+    assert sorted(got) == list(range(n))

@@ -165,3 +165,85 @@ def test_a_single_dequeue_takes_one_record_whatever_its_shape():
             qs.run(element)
         (report,) = qs.input_report()
     assert report.queue == "vectors" and report.records_per_step == 1
+
+
+def test_input_report_false_traces_and_counts_nothing():
+    """QueueSession(input_report=False): no run is traced (a caller's RunMetadata gets no step
+    statistics it did not ask for) and there is no report; on, the same runs are traced."""
+    for on in (False, True):
+        with qk.QueueSession(input_report=on) as qs:
+            step = _pipeline(slow_input=False)
+            metadata = v1.RunMetadata()
+            for _ in range(3):
+                qs.run(step, run_metadata=metadata)
+            assert bool(metadata.step_stats.dev_stats) is on
+            assert bool(qs.input_report()) is on
+
+
+def _rnn_step(time_steps):
+    """A step of a recurrent net unrolled in a while loop (thousands of op executions, as
+    dynamic_rnn's), on batches from a runner."""
+    q = tf.queue.FIFOQueue(4, tf.float32, shapes=[[time_steps, 8]], name="sequences")
+    v1.train.add_queue_runner(v1.train.QueueRunner(
+        q, [q.enqueue(tf.random.normal([time_steps, 8]))]))
+    x = q.dequeue()
+    w = tf.random.normal([8, 8], seed=1)
+
+    def body(t, h):
+        return t + 1, tf.tanh(tf.matmul(h + x[t:t + 1], w))
+
+    return tf.while_loop(lambda t, h: t < time_steps, body, [0, tf.zeros([1, 8])],
+                         shape_invariants=[tf.TensorShape([]), tf.TensorShape([None, 8])])[1]
+
+
+def test_traced_runs_cost_at_most_the_budget_of_the_loop(monkeypatch):
+    """On a large graph a traced run costs far more than an untraced one; after each, the
+    next is drawn far enough away that the measured extra cost of all traced runs stays
+    within TRACE_BUDGET of the loop's time, plus the first traced run's (it was one run in
+    0.5 s: a GRU's steps 10x slower)."""
+    monkeypatch.setattr(profile, "SAMPLE_SECS", 0.05)
+    with qk.QueueSession() as qs:
+        step = _rnn_step(3000)
+        started = time.perf_counter()
+        runs = 0
+        while time.perf_counter() - started < 3 or runs < 20:
+            qs.run(step)
+            runs += 1
+        elapsed = time.perf_counter() - started
+        seen = profile.profile_of(qs.coordinator)
+    assert seen.traced_runs >= 1
+    first = seen.trace_secs / seen.traced_runs if seen.traced_runs == 1 else None
+    # What the loop paid for tracing: within the budget, but for the one first traced run.
+    budget = profile.TRACE_BUDGET * elapsed + (first or seen.trace_secs / seen.traced_runs * 2)
+    assert seen.trace_secs <= budget, (seen.traced_runs, seen.trace_secs, elapsed, runs)
+    assert seen.traced_runs < runs / 4  # not the one in 0.5 s of before: most runs untraced
+
+
+def test_the_wait_of_a_bursty_input_is_not_read_from_the_instant_runs(monkeypatch):
+    """Records arriving in bursts (the step waits long, then takes 7 batches at once): the
+    reported wait is the wait of all the runs, each traced by the test and measured as the
+    profile measures one, within a margin. The traced run was the one starting when a
+    sample fell due: always the instant one after a long wait (0.32 "partly input-bound"
+    reported for a loop that waited nearly all of its time)."""
+    monkeypatch.setattr(profile, "SAMPLE_SECS", 0.005)  # many samples: a low variance
+    monkeypatch.setattr(profile, "TRACE_BUDGET", 1.0)  # the samples' cost is not the point
+    traced = v1.RunOptions(trace_level=v1.RunOptions.SOFTWARE_TRACE)
+    with qk.QueueSession() as qs:
+        burst = tf.fill([7 * BATCH], _heavy(tf.constant(1.0), n=12))
+        q = tf.queue.FIFOQueue(7 * BATCH, tf.float32, shapes=[[]], name="bursts")
+        v1.train.add_queue_runner(v1.train.QueueRunner(q, [q.enqueue_many([burst])]))
+        batch = q.dequeue_many(BATCH)
+        step = tf.reduce_sum(batch)
+        qs.run(step)
+        waited, started = 0.0, time.perf_counter()
+        for _ in range(700):
+            metadata = v1.RunMetadata()
+            qs.run(step, options=traced, run_metadata=metadata)
+            nodes = [n for d in metadata.step_stats.dev_stats for n in d.node_stats]
+            first = min(n.all_start_micros for n in nodes)
+            waited += max(n.all_start_micros + n.all_end_rel_micros - first
+                          for n in nodes if n.node_name == batch.op.name) / 1e6
+        measured = waited / (time.perf_counter() - started)
+        (report,) = qs.input_report()
+    assert measured > 0.3  # most of a burst's time is the long wait
+    assert report.wait_fraction == pytest.approx(measured, abs=0.15), (report, measured)

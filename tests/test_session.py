@@ -727,3 +727,28 @@ def test_a_session_without_with_runs_and_closes_with_the_same_guarantees(tmp_pat
             qs.close()  # twice is fine
     assert sorted(got) == list(range(30))
     assert threads and not any(t.is_alive() for t in threads)
+
+
+def test_no_file_descriptor_is_left_by_steps_or_sessions(tmp_path):
+    """Open file descriptors are the same after 3,000 more steps and after 3 more sessions
+    started, run and closed (#43 saw one more at 100,000 steps than at 10,000; measured
+    again over 100,000 steps with 1 and "auto" readers: none)."""
+    path = write_id_records(tmp_path / "a.tfrecords", 50)
+
+    def fds():
+        return len(os.listdir("/proc/self/fd"))
+
+    def session(steps):
+        with qk.QueueSession() as qs:
+            batch = qk.tfrecord_batches(path, batch_size=4, num_readers=2,
+                                        parse_fn=lambda s: {"s": s})
+            for _ in range(steps):
+                qs.run(batch["s"])
+            return fds()
+
+    session(100)  # the first session loads what stays loaded
+    before = fds()
+    assert session(3100) == session(100)
+    for _ in range(2):
+        session(100)
+    assert fds() == before

@@ -76,9 +76,8 @@ class BenchReport:
                          f"({(auto.records_per_s or 0.0) / (best.records_per_s or 1.0):.2f}x "
                          f"the best fixed row)")
         consumed = {r.consume for r in self.rows}
-        lines.append(f"consumed: {', '.join(sorted(consumed))}"
-                     + (" (a reduce_sum in the graph)" if consumed == {"graph"} else
-                        " (each batch fetched to numpy)" if consumed == {"numpy"} else ""))
+        lines.append("each batch is " + " or ".join(
+            _CONSUMED.get(c, c) for c in sorted(consumed)))
         return "\n".join(lines)
 
     def table(self) -> str:
@@ -102,7 +101,7 @@ class BenchReport:
             # A failed row has two cells: zip stops there.
             pairs = enumerate(zip(cells, widths, strict=False))
             out.append(mark + "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in pairs))
-        tail = [self.summary()]
+        tail = [_LEGEND, self.summary()]
         if not self.spinning:
             tail.append("every session ran with its thread pools' spinning off")
         if self.interrupted:
@@ -160,6 +159,16 @@ class BenchReport:
         fill.set_xlabel("readers")
         fill.set_xticks(sorted({r.readers or 0 for rows in lines.values() for r in rows}))
         fig.savefig(os.fspath(path), dpi=100)
+
+
+_CONSUMED = {"graph": "summed by the step in the graph (nothing fetched to Python)",
+             "numpy": "fetched to numpy by the step"}
+_LEGEND = """\
+* the best fixed configuration: the most records per second
+  rec/s, MB/s, batch/s: what the steps took; fill: the batch queue's mean fill (0 empty,
+  1 full); wait: the share of a step's time spent waiting for its batch (these steps do
+  no work, so near 1 is expected: the readers set the rate); cpu%: the process's CPU
+  (100 = one core); rss MB: its peak memory"""
 
 
 def _f(v, digits):

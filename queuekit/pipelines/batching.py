@@ -27,6 +27,7 @@ from queuekit.cluster.inputs import (
 from queuekit.cluster.work import FILE_KEY
 from queuekit.errors import UnknownBatchSize
 from queuekit.graph_keys import GraphKeys
+from queuekit.pipelines.graph_care import report_for_finalize, summaries_kept_out
 from queuekit.pipelines.position import POSITION_KEY, epoch_files, reads, take_consumed
 from queuekit.pipelines.varlen import element_shapes, shuffled_elements, with_lengths
 
@@ -65,13 +66,20 @@ def resolve_count(name: str, value, maximum: int | None) -> tuple[int, bool]:
     return value, False
 
 
-def default_readers(num_readers, parse_fn, work_queue=None):
-    """``num_readers`` as given; by default ``"auto"`` for a ``parse_fn`` (the user's
-    per-record preprocessing: TF1 programs ran it in ``num_preprocess_threads`` threads,
-    one reader runs it in one), else 1."""
+def default_readers(num_readers, parse_fn, work_queue=None, num_epochs=None):
+    """``num_readers`` as given; by default ``"auto"`` for a ``parse_fn`` read for one epoch
+    (the user's per-record preprocessing: TF1 programs ran it in ``num_preprocess_threads``
+    threads, one reader runs it in one), else 1.
+
+    Not for more epochs or an endless input: readers then read different passes at
+    once, so "the first n records" are not one pass (an evaluation of n batches of an
+    endless input saw 19 distinct records of 48; #43). One reader reads the input in
+    order, as the program's own ``TFRecordReader`` did; ``"auto"`` given explicitly is
+    still the caller's choice.
+    """
     if num_readers is not None:
         return num_readers
-    return "auto" if parse_fn is not None and not work_queue else 1
+    return "auto" if parse_fn is not None and not work_queue and num_epochs == 1 else 1
 
 
 AUTO_PREFETCH = 2  # batches made ready ahead of the step by a tuned pipeline
@@ -284,18 +292,20 @@ def file_batches(files, read, opts: Batching, *, read_many: int | str, name: str
                 opts.work_queue, files, n_readers, name=scope,
                 num_epochs=opts.num_epochs, shuffle=opts.shuffle, seed=opts.seed)
             readers = []
-            for q in queues:
-                next_read, parse = read(q)
-                readers.append(parse(*next_read()))
+            with summaries_kept_out(scope):
+                for q in queues:
+                    next_read, parse = read(q)
+                    readers.append(parse(*next_read()))
         else:
             filename_queue, position = epoch_files(
                 files, opts.num_epochs, opts.shuffle, opts.seed, position_name=scope,
                 fixed=fixed)
             readers = []
-            for _ in range(n_readers):
-                next_read, parse = read(filename_queue)
-                keys, raw = reads(position, next_read, many=many)
-                readers.append(dict(parse(keys, raw), **{POSITION_KEY: keys}))
+            with summaries_kept_out(scope):
+                for _ in range(n_readers):
+                    next_read, parse = read(filename_queue)
+                    keys, raw = reads(position, next_read, many=many)
+                    readers.append(dict(parse(keys, raw), **{POSITION_KEY: keys}))
         element_bytes, variable = element_shapes(readers[0], many=many)
         if whole and variable:
             raise ValueError("read_many='batch' needs outputs of one shape; these vary: "
@@ -341,7 +351,11 @@ def file_batches(files, read, opts: Batching, *, read_many: int | str, name: str
 def deliver(batch: dict, *, normalize: bool, prefetch: int, position=None, work=None) -> dict:
     """The batch queue's output as the user gets it: normalised, made ready ahead of the
     step with ``prefetch``, then a work queue's files and the reader keys taken out, so a
-    batch is consumed when the step takes it, not when the ready stage does."""
+    batch is consumed when the step takes it, not when the ready stage does.
+
+    Also made now, for a graph the program finalizes before its session starts: the op
+    that says which variables have no value yet (:func:`report_for_finalize`)."""
+    report_for_finalize()
     batch = finish(batch, normalize)
     if prefetch:
         batch = ready_batches(batch, prefetch)

@@ -82,7 +82,7 @@ def fixed_length_batches(files, layout="cifar10", *, record_bytes: int | None = 
         CorruptRecordError: a file's size is not header + k x record_bytes + footer.
         DatasetError: the files hold no records.
     """
-    num_readers = default_readers(num_readers, parse_fn)
+    num_readers = default_readers(num_readers, parse_fn, num_epochs=num_epochs)
     records_per_read(read_many, num_readers)  # a bad read_many is an error before any I/O
     opts = Batching(batch_size, num_epochs, shuffle, seed, num_readers, num_threads, capacity,
                     min_after_dequeue, allow_smaller_final_batch, normalize, max_readers,

@@ -191,7 +191,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
                                    spelled_before.get("on_lost"))
     if work_queue and shard is not None:
         raise ValueError("give shard or work_queue, not both")
-    num_readers = default_readers(num_readers, parse_fn, work_queue)
+    num_readers = default_readers(num_readers, parse_fn, work_queue, num_epochs)
     records_per_read(read_many, num_readers)  # a bad read_many is an error before any I/O
     opts = Batching(batch_size, num_epochs, shuffle, seed, num_readers, num_threads, capacity,
                     min_after_dequeue, allow_smaller_final_batch, normalize, max_readers,

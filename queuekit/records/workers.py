@@ -18,6 +18,7 @@ import signal
 import sys
 import threading
 import time
+import types
 from collections.abc import Iterator
 
 from queuekit.records.encode import make_example
@@ -132,17 +133,13 @@ def encoded_chunks(tasks, workers: int, spool: str,
     """
     chunks = [(tasks[start:start + CHUNK], os.path.join(spool, f"{start}.chunk"))
               for start in range(0, len(tasks), CHUNK)]
-    if workers > 1 and start_method != "fork" and (main := unimportable_main()):
-        log.warning("worker processes cannot re-import this program's main module (%s): "
-                    "encoding in this process, one image at a time. Run the program from "
-                    "a file (or queuekit make) to use %d workers.", main, workers)
-        workers = 1
     if workers == 1 or len(chunks) == 1:
         yield ((part, path, _encode_chunk(part, path)) for part, path in chunks)
         return
-    pool = concurrent.futures.ProcessPoolExecutor(
-        workers, mp_context=_context(start_method), initializer=_init_worker,
-        initargs=(os.getpid(),))
+    with main_hidden():
+        pool = concurrent.futures.ProcessPoolExecutor(
+            workers, mp_context=_context(start_method), initializer=_init_worker,
+            initargs=(os.getpid(),))
     window: collections.deque = collections.deque()
 
     def in_order():
@@ -151,7 +148,7 @@ def encoded_chunks(tasks, workers: int, spool: str,
             # fork server to name the new process) left a worker the pool did not know:
             # at shutdown it took the stop meant for a known one, and the pool waited for
             # that one forever (1 make in 10 under load, reproduced).
-            with signals_deferred():
+            with signals_deferred(), main_hidden():
                 future = pool.submit(_encode_chunk, part, path)
             window.append((part, path, future))
             if len(window) >= 2 * workers:
@@ -172,40 +169,44 @@ def encoded_chunks(tasks, workers: int, spool: str,
             pool.shutdown(wait=True, cancel_futures=True)
 
 
-_BROKEN = (
-    "make's worker processes died. If this program calls write_tfrecords at its top level, "
-    "put that under `if __name__ == \"__main__\":` (each worker imports the program's main "
-    "module, as multiprocessing's spawn and forkserver do, and would run it again), or pass "
-    "workers=1")
+_BROKEN = "make's worker processes died (see the error above); workers=1 encodes in-process"
 
 
 def check_not_bootstrapping() -> None:
-    """Raise in a worker that is importing the program's main module, which called make again.
+    """Raise in a process that multiprocessing is starting (another program's pool, whose
+    workers import its main module) when that module calls make at its top level.
 
     Raises:
         RuntimeError: saying to add the ``__main__`` guard.
     """
     if getattr(multiprocessing.current_process(), "_inheriting", False):
-        raise RuntimeError(_BROKEN.replace("make's worker processes died", "this is one of "
-                                           "make's worker processes, starting"))
+        raise RuntimeError("make was called while a multiprocessing worker started (it runs "
+                           "the program's main module again): put that call under "
+                           "`if __name__ == \"__main__\":`")
 
 
-def unimportable_main() -> str | None:
-    """The main module's path when a spawned or forkserver worker could not import it.
+@contextlib.contextmanager
+def main_hidden():
+    """While workers start: ``sys.modules["__main__"]`` an empty module, so that a spawned
+    or forkserver worker never imports the program's main file.
 
-    Such a worker runs the program's main file again, as multiprocessing does;
-    a script read from stdin (``python - <<EOF``) has the path ``<stdin>``,
-    which no worker can open (it would die with ``FileNotFoundError``).
+    multiprocessing's workers import it (as ``__mp_main__``) to find pickled
+    functions; ours are all in this module. Imported, a script's top level would
+    run again in every worker: ``write_tfrecords`` at a script's top level (the
+    seed script's own shape) ran the script 3 times, its ``rmtree`` of the output
+    folder too (#43); a script read from stdin could not be imported at all; a
+    script importing TensorFlow cost each worker 4 s. A spawn happens only while
+    the pool is made and in ``submit``, in this thread.
     """
     main = sys.modules.get("__main__")
-    if getattr(getattr(main, "__spec__", None), "name", None):
-        return None  # python -m: imported by name
-    path = getattr(main, "__file__", None)
-    if path is None:
-        return None  # python -c, a notebook: nothing to re-import
-    # Where multiprocessing resolves a relative main path (not in its type stubs).
-    full = os.path.join(getattr(multiprocessing.process, "ORIGINAL_DIR", None) or "", path)
-    return None if os.path.isfile(full) else path
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is None:
+            del sys.modules["__main__"]
+        else:
+            sys.modules["__main__"] = main
 
 
 def _context(method: str | None):
@@ -214,11 +215,8 @@ def _context(method: str | None):
     Never a fork of the calling process by default: it runs TensorFlow's
     threads, a fork copies their locks as they are, and one held at that
     moment deadlocks the child. The fork server preloads only this module
-    (Pillow, numpy, queuekit's encoder). Each worker also imports the
-    program's main module, as multiprocessing does: nothing for ``queuekit
-    make`` or pytest, a TensorFlow import per worker for a script that imports
-    TensorFlow at its top (measured: about 4 s once per ``make``; see README).
-    ``start_method="fork"`` avoids that cost where the risk is acceptable.
+    (Pillow, numpy, queuekit's encoder); no worker imports the program's main
+    module (:func:`main_hidden`).
     """
     available = multiprocessing.get_all_start_methods()
     method = method or ("forkserver" if "forkserver" in available else "spawn")

@@ -164,8 +164,6 @@ def image_file_note(graph: tf.Graph, op: tf.Operation, error: tf.errors.OpError)
     message = error.message or ""
     if not _DECODE.search(message) or "not a JPEG, PNG" in message:
         return None  # not a decode error, or one that names its file already
-    if not tf.executing_eagerly():
-        return None  # eager is off in this program: checking would only build ops
     try:
         records = reader_files(graph, [op], whole_files=False)
         files = [] if records else (reader_files(graph, [op], whole_files=True)
@@ -174,17 +172,42 @@ def image_file_note(graph: tf.Graph, op: tf.Operation, error: tf.errors.OpError)
         log.debug("could not list the upstream files", exc_info=True)
         return None
     deadline = time.monotonic() + _DECODE_BUDGET_SECS
-    if records:  # the images are inside records: find the record
-        return _undecodable_record(records, deadline)
-    for path in files:
-        if time.monotonic() > deadline:
-            return f"queuekit: no undecodable image among the first files checked of {len(files)}"
-        try:
-            tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
-        except tf.errors.OpError as e:
-            reason = _first_line(e)
-            return f"queuekit: the image that failed to decode is {path} ({reason})"
+    with _Decoder() as decode:
+        if records:  # the images are inside records: find the record
+            return _undecodable_record(records, deadline, decode)
+        for path in files:
+            if time.monotonic() > deadline:
+                return (f"queuekit: no undecodable image among the first files checked of "
+                        f"{len(files)}")
+            try:
+                with open(path, "rb") as f:
+                    decode(f.read())
+            except OSError:
+                continue
+            except tf.errors.OpError as e:
+                return f"queuekit: the image that failed to decode is {path} ({_first_line(e)})"
     return None
+
+
+class _Decoder:
+    """TensorFlow's own image decoder in a graph and session of its own: it works whether
+    the program turned eager execution off (every TF1 program on TF2 does) or not, and adds
+    nothing to the program's graph."""
+
+    def __enter__(self):
+        graph = tf.Graph()
+        with graph.as_default():
+            self._contents = tf.compat.v1.placeholder(tf.string, [])
+            self._image = tf.io.decode_image(self._contents, channels=3,
+                                             expand_animations=False)
+        self._sess = tf.compat.v1.Session(graph=graph)
+        return self
+
+    def __call__(self, data: bytes) -> None:
+        self._sess.run(self._image.op, {self._contents: data})
+
+    def __exit__(self, *exc) -> None:
+        self._sess.close()
 
 
 _EAGER_NOISE = re.compile(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\].*$")
@@ -196,7 +219,7 @@ def _first_line(error: tf.errors.OpError) -> str:
     return _EAGER_NOISE.sub("", line).strip()
 
 
-def _undecodable_record(files, deadline) -> str | None:
+def _undecodable_record(files, deadline, decode: _Decoder) -> str | None:
     """The first record of ``files`` (in a known layout) whose image TensorFlow cannot decode."""
     for path in files:
         for item in scan_records(path):
@@ -214,7 +237,7 @@ def _undecodable_record(files, deadline) -> str | None:
                                  and schema.encoding == "raw"):
                 continue
             try:
-                tf.io.decode_image(image, channels=3, expand_animations=False)
+                decode(image)
             except tf.errors.OpError as e:
                 reason = _first_line(e)
                 return (f"queuekit: the record that failed to decode is {path}: record "

@@ -182,6 +182,22 @@ def ended_queue(error: BaseException) -> str | None:
     return None if match is None else re.sub(r"^_\d+_", "", match.group(2))
 
 
+def report_cut_input(end: EndOfData, stats) -> None:
+    """Say what was read and will never reach a step when a queue other than the input's
+    ended the run (``stats``: the session's queues): SyncReplicasOptimizer's token queue,
+    closed by the chief when its own input ended, cuts another worker's input short (#26:
+    424 of 640 records trained, exit 0, no word)."""
+    ended = ended_queue(end)
+    if ended is None or any(s.name == ended for s in stats):
+        return  # the input's own end
+    left = [f"{s.name}: {s.size}" for s in stats if s.size]
+    if left:
+        log.warning("the run ended because queue %r ended, with elements still in this "
+                    "session's input queues, read and never delivered to a step (%s); a "
+                    "SyncReplicasOptimizer job ends when the chief's input does",
+                    ended, "; ".join(left))
+
+
 def _warn_dropped(error: tf.errors.OutOfRangeError) -> None:
     """Say so when the end of the input left elements no batch will deliver.
 

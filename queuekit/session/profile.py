@@ -2,12 +2,22 @@
 
 For each queue a runner fills and a step takes from (a pipeline's batch
 queue), :class:`InputProfile` counts the steps and the time between their
-starts (a loop's iteration, the program's Python included) and, in one run
-every :data:`SAMPLE_SECS`, asks TensorFlow for the run's step statistics
-(``RunOptions.SOFTWARE_TRACE``, what TF's ``ProfilerHook`` and the profiler
-read): the dequeue op's end, counted from the run's first op, is how long that
-step waited for its batch. Nothing is added to the graph and no other run is
-traced, so the cost is a few microseconds of Python per run.
+starts (a loop's iteration, the program's Python included) and, now and then,
+asks TensorFlow for a run's step statistics (``RunOptions.SOFTWARE_TRACE``,
+what TF's ``ProfilerHook`` and the profiler read): the dequeue op's end,
+counted from the run's first op, is how long that step waited for its batch.
+Nothing is added to the graph.
+
+A traced run costs what TensorFlow takes to record every op, and Python to
+read the records: nothing on a step of a few ops, half a second on a
+``dynamic_rnn`` step of a million op executions (#43: 10x slower steps when
+one run in 0.5 s was traced). So each traced run's cost is measured (its time
+less an untraced run's) and the next is chosen so that traced runs cost at
+most :data:`TRACE_BUDGET` of the loop's time, and never more often than
+:data:`SAMPLE_SECS`. The traced run is drawn by counting runs, not by the
+clock: a run chosen when a sample falls due would be the one after the
+longest wait (the inspection paradox), which is the instant one of a bursty
+input. ``QueueSession(input_report=False)`` counts and traces nothing.
 
 :class:`InputReport` turns the counts into figures and a one-line verdict;
 :class:`InputReportHook` logs it every N seconds or steps and writes the
@@ -19,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import random
 import time
 import weakref
 from collections.abc import Callable
@@ -31,7 +42,8 @@ from queuekit.session.reads import DEQUEUE_OPS, queue_op, queues_read
 log = logging.getLogger("queuekit")
 _v1 = tf.compat.v1
 
-SAMPLE_SECS = 0.5  # one traced run at most this often, per session (about 0.3% of workload (a))
+SAMPLE_SECS = 0.5  # one traced run at most this often, per session; 0: every run (tests)
+TRACE_BUDGET = 0.01  # the most of a loop's time that traced runs may cost beyond untraced ones
 INPUT_BOUND = 0.5  # a step waiting this fraction of its time or more is input-bound
 PARTLY = 0.1  # ... at least this fraction: partly
 
@@ -143,10 +155,11 @@ class InputReport:
 class InputProfile:
     """The counts of one session's runs, per queue its steps take from."""
 
-    def __init__(self, graph: tf.Graph, fill: Callable[[str], float | None], coord):
+    def __init__(self, graph: tf.Graph, fill: Callable[[str], float | None], coord, *,
+                 enabled: bool = True):
         self._graph = graph
         self._fill = fill
-        self._sample_secs = SAMPLE_SECS
+        self.enabled = enabled
         self._counts: dict[str, _Counts] = {}
         self._last_start: dict[str, float] = {}
         # dequeue op -> (queue, records it takes; None: up to n, read from its output)
@@ -154,13 +167,26 @@ class InputProfile:
         self._fed: set[str] = set()  # the queues runners fill
         self._tuned: set[str] = set()
         self._ready: set[str] = set()
-        self._next_sample = 0.0
         self._runners_seen = -1
+        # Counted runs to the next traced one. The first few are not traced: they teach the
+        # averages what an untraced run costs, and a warm-up run would be measured instead.
+        self._countdown = 1 if SAMPLE_SECS <= 0 else 3
+        self._started = 0.0  # perf_counter() at the counted run's start (0: not counted)
+        # Means since the start, never recent averages: a draw that followed the last few
+        # runs would follow a bursty input's phase (drawn short after each long wait).
+        self._run_secs = _Mean()  # an untraced counted run's duration
+        self._loop_secs = _Mean()  # from a counted run's start to the next one's
+        self._random = random.Random(0)  # draws the next traced run; fixed: the same each run
+        self.traced_runs = 0
+        self.trace_secs = 0.0  # what traced runs cost beyond untraced ones, measured
         _PROFILES[coord] = self
 
     def before(self, reads, options, run_metadata):
         """Count a run about to start; ``(options, run_metadata, traced)`` for it: traced
         when a sample is due (then :meth:`after` reads its step statistics)."""
+        self._started = 0.0
+        if not self.enabled:
+            return options, run_metadata, False
         now = time.perf_counter()
         counted = False
         for queue in reads:
@@ -174,19 +200,47 @@ class InputProfile:
             if last is not None:
                 counts.seconds += now - last
                 counts.intervals += 1
+                self._loop_secs.add(now - last)
             self._last_start[queue] = now
             counted = True
-        if not counted or now < self._next_sample:
+        if not counted:
             return options, run_metadata, False
-        self._next_sample = now + self._sample_secs
+        self._started = now
+        self._countdown -= 1
+        if self._countdown > 0:
+            return options, run_metadata, False
         traced = _v1.RunOptions()
         if options is not None:
             traced.CopyFrom(options)
         traced.trace_level = max(traced.trace_level, _v1.RunOptions.SOFTWARE_TRACE)
         return traced, run_metadata if run_metadata is not None else _v1.RunMetadata(), True
 
-    def after(self, run_metadata) -> None:
-        """Read a traced run's step statistics: each dequeue's wait, and the queue's fill."""
+    def after(self, run_metadata, traced: bool) -> None:
+        """After every run: time it; read a traced run's step statistics (each dequeue's
+        wait, the queue's fill) and draw when the next traced run comes."""
+        if not self._started:
+            return
+        if not traced:
+            self._run_secs.add(time.perf_counter() - self._started)
+            return
+        self._read_trace(run_metadata)
+        cost = max(0.0, time.perf_counter() - self._started - self._run_secs.value(0.0))
+        self.traced_runs += 1
+        self.trace_secs += cost
+        self._countdown = self._runs_to_next(cost)
+
+    def _runs_to_next(self, cost: float) -> int:
+        """Counted runs until the next traced one: on average enough of the loop's time that
+        ``cost`` is :data:`TRACE_BUDGET` of it (at least :data:`SAMPLE_SECS`), drawn
+        uniformly around that so that no period of the input can alias with it."""
+        if SAMPLE_SECS <= 0:
+            return 1
+        seconds = max(SAMPLE_SECS, cost / TRACE_BUDGET)
+        runs = max(1, round(seconds / max(self._loop_secs.value(SAMPLE_SECS), 1e-6)))
+        return self._random.randint(1, 2 * runs - 1)
+
+    def _read_trace(self, run_metadata) -> None:
+        """A traced run's step statistics: each dequeue's wait, and the queue's fill."""
         nodes = [n for d in run_metadata.step_stats.dev_stats for n in d.node_stats]
         if not nodes:
             return
@@ -254,6 +308,19 @@ class InputProfile:
                     self._dequeues[op.name] = (queue, None if "UpTo" in op.type or n is None
                                                else int(n))
         return True
+
+
+@dataclasses.dataclass
+class _Mean:
+    total: float = 0.0
+    n: int = 0
+
+    def add(self, value: float) -> None:
+        self.total += value
+        self.n += 1
+
+    def value(self, default: float) -> float:
+        return self.total / self.n if self.n else default
 
 
 def _rows(node) -> int:

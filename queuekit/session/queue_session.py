@@ -18,7 +18,7 @@ from queuekit.errors import DatasetError, EndOfData
 from queuekit.graph_keys import GraphKeys, graph_objects
 from queuekit.records.files import check_files, check_sizes, resized, sizes
 from queuekit.session.diagnose import fixed_length_inputs, tfrecord_files
-from queuekit.session.policy import PartialRun, ended_queue, run_with_hooks
+from queuekit.session.policy import PartialRun, report_cut_input, run_with_hooks
 from queuekit.session.position import (
     InputPositions,
     NotingSession,
@@ -113,6 +113,9 @@ class QueueSession(SessionInterface):
         resume_input: continue the input of queuekit's builders where the
             restored checkpoint's steps left it (:mod:`queuekit.session.position`);
             False starts it over.
+        input_report: count the steps and trace a run now and then for
+            :meth:`input_report` (traced runs cost at most 1% of the loop's time,
+            :mod:`queuekit.session.profile`); False: nothing counted or traced.
     """
 
     def __init__(self, graph: tf.Graph | None = None, *, target: str = "",
@@ -121,7 +124,7 @@ class QueueSession(SessionInterface):
                  stop_grace_secs: float = DEFAULT_STOP_GRACE_SECS,
                  stall_timeout_secs: float | None = DEFAULT_STALL_TIMEOUT_SECS,
                  hooks: Sequence[Any] = (), is_chief: bool | None = None,
-                 resume_input: bool = True):
+                 resume_input: bool = True, input_report: bool = True):
         self._graph = graph if graph is not None else program_graph()
         self._target = target
         self._task = task_of(target)
@@ -140,6 +143,7 @@ class QueueSession(SessionInterface):
         self._init = Initializer(self._graph, checkpoint_dir, chief=is_chief)
         self._checkpoint_dir = checkpoint_dir
         self._resume_input = resume_input
+        self._input_report = input_report
         # The input position of queuekit's builders (None: the graph has none).
         self._positions: InputPositions | None = None
         self._noting: NotingSession | None = None  # the session hooks get, with positions
@@ -294,8 +298,7 @@ class QueueSession(SessionInterface):
         profile = self._running.profile  # type: ignore[union-attr]  # started by the caller
         options, run_metadata, traced = profile.before(reads, options, run_metadata)
         out = self._policy_run(fetches, feed_dict, options, run_metadata, reads)
-        if traced:
-            profile.after(run_metadata)
+        profile.after(run_metadata, traced)
         if self._positions is not None:
             self._positions.ran()
         return out
@@ -307,7 +310,7 @@ class QueueSession(SessionInterface):
                                             run_metadata, reads=reads)
         except EndOfData as end:
             self._check_unchanged(end)
-            self._report_cut_input(end)
+            report_cut_input(end, self.queue_stats())
             raise
 
     def partial_run_setup(self, fetches, feeds=None):  # on the session, without the policy
@@ -392,7 +395,8 @@ class QueueSession(SessionInterface):
             self._graph, sess, self._reads, self._stall_timeout, self._grace,
             task=self._task.device if self._task else self._target, chief=self._init.chief,
             resume_work=self._positions.work_resume if self._positions else None,
-            enqueue_for=self._positions.enqueue_for if self._positions else None)
+            enqueue_for=self._positions.enqueue_for if self._positions else None,
+            input_report=self._input_report)
         if self._positions is not None:
             self._positions.chief_work = running.chief_work
         # Dropped without close(): warn as an unclosed file does, and stop the threads.
@@ -429,22 +433,6 @@ class QueueSession(SessionInterface):
                 + ("gone now" if now < 0 else f"{now} now")
                 + "): the epoch did not read it as it is; the input ended early or late"
             ) from end
-
-    def _report_cut_input(self, end: EndOfData) -> None:
-        """Say what was read and will never reach a step when a queue other than the input's
-        ended the run: SyncReplicasOptimizer's token queue, closed by the chief when its own
-        input ended, cuts another worker's input short (#26: 424 of 640 records trained,
-        exit 0, no word)."""
-        ended = ended_queue(end)
-        stats = self.queue_stats()
-        if ended is None or any(s.name == ended for s in stats):
-            return  # the input's own end
-        left = [f"{s.name}: {s.size}" for s in stats if s.size]
-        if left:
-            log.warning("the run ended because queue %r ended, with elements still in this "
-                        "session's input queues, read and never delivered to a step (%s); a "
-                        "SyncReplicasOptimizer job ends when the chief's input does",
-                        ended, "; ".join(left))
 
     # -- stopping ------------------------------------------------------------
     def _close(self, *, body_failed: bool, clean_end: bool, grace: float | None = None) -> None:

@@ -11,6 +11,7 @@ import weakref
 import tensorflow as tf
 
 from queuekit.cluster.tasks import task_of
+from queuekit.graph_keys import GraphKeys
 
 try:  # what Saver.save checks: TF's own base of Session, stable since TF 1.0
     from tensorflow.python.client.session import SessionInterface
@@ -170,10 +171,13 @@ class Initializer:
         if not variables:
             return
         report = _report_op(self._graph, variables)
-        if report is None:
+        # Finalized before the session could make its report: the builders made theirs.
+        reports = ([report] if report is not None
+                   else self._graph.get_collection(GraphKeys.VARIABLE_REPORTS))
+        if not reports:
             log.debug("graph finalized before its variables were checked: not initialised")
             return
-        names = {n.decode() for n in sess.run(report)}
+        names = {n.decode() for found in sess.run(reports) for n in found}
         todo = [v.initializer for v in variables if v.op.name in names]
         if todo:
             sess.run(todo)

@@ -38,7 +38,7 @@ class SessionThreads:
     def __init__(self, graph: tf.Graph, sess, reads: ReadsCache, stall_timeout: float | None,
                  grace: float, *, task: str = "", chief: bool = True,
                  resume_work: dict[str, tuple[int, list[str]]] | None = None,
-                 enqueue_for=None):
+                 enqueue_for=None, input_report: bool = True):
         self._graph = graph
         self._sess = sess
         self._reads = reads
@@ -53,7 +53,7 @@ class SessionThreads:
                                  enqueue_for=enqueue_for)
         self.signals = SessionSignals(self.state, self.wake, grace)
         self.policy = RunPolicy(self.state, self.coord, self.runners, self.signals)
-        self.profile = InputProfile(graph, self.runners.fill, self.coord)
+        self.profile = InputProfile(graph, self.runners.fill, self.coord, enabled=input_report)
         self._routed = False
         self._watch = None
         if stall_timeout is not None:
