@@ -225,18 +225,18 @@ def test_the_wait_of_a_bursty_input_is_not_read_from_the_instant_runs(monkeypatc
     profile measures one, within a margin. The traced run was the one starting when a
     sample fell due: always the instant one after a long wait (0.32 "partly input-bound"
     reported for a loop that waited nearly all of its time)."""
-    monkeypatch.setattr(profile, "SAMPLE_SECS", 0.005)  # many samples: a low variance
+    monkeypatch.setattr(profile, "SAMPLE_SECS", 0.012)  # about one burst
     monkeypatch.setattr(profile, "TRACE_BUDGET", 1.0)  # the samples' cost is not the point
     traced = v1.RunOptions(trace_level=v1.RunOptions.SOFTWARE_TRACE)
     with qk.QueueSession() as qs:
-        burst = tf.fill([7 * BATCH], _heavy(tf.constant(1.0), n=12))
+        burst = tf.fill([7 * BATCH], _heavy(tf.constant(1.0), n=8))
         q = tf.queue.FIFOQueue(7 * BATCH, tf.float32, shapes=[[]], name="bursts")
         v1.train.add_queue_runner(v1.train.QueueRunner(q, [q.enqueue_many([burst])]))
         batch = q.dequeue_many(BATCH)
         step = tf.reduce_sum(batch)
         qs.run(step)
         waited, started = 0.0, time.perf_counter()
-        for _ in range(700):
+        for _ in range(2000):  # hundreds of samples: a low variance
             metadata = v1.RunMetadata()
             qs.run(step, options=traced, run_metadata=metadata)
             nodes = [n for d in metadata.step_stats.dev_stats for n in d.node_stats]
@@ -246,4 +246,4 @@ def test_the_wait_of_a_bursty_input_is_not_read_from_the_instant_runs(monkeypatc
         measured = waited / (time.perf_counter() - started)
         (report,) = qs.input_report()
     assert measured > 0.3  # most of a burst's time is the long wait
-    assert report.wait_fraction == pytest.approx(measured, abs=0.15), (report, measured)
+    assert report.wait_fraction == pytest.approx(measured, abs=0.2), (report, measured)
