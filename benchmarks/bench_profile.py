@@ -28,13 +28,13 @@ import tempfile
 from bench_resume import ROOT, arguments, measure, workload_a
 
 ACCOUNT = r"""
-import json, statistics, sys, time
+import json, sys, time
 import tensorflow as tf
 sys.path.insert(0, sys.argv[1])
 import queuekit as qk
 from queuekit.session import profile
 cfg = json.loads(sys.argv[2])
-spent, traced, plain = [0.0], [], []
+spent, runs = [0.0], 0
 before, after = profile.InputProfile.before, profile.InputProfile.after
 
 def timed_before(self, *a):
@@ -55,21 +55,21 @@ with qk.QueueSession() as qs:
     for _ in range(20):
         qs.run(step)
     spent[0] = 0.0
-    prof = qs._running.profile
+    prof = profile.profile_of(qs.coordinator)
     since = prof.counts()  # the window after the warm-up
+    traced, extra = prof.traced_runs, prof.trace_secs
     start = time.perf_counter()
     while time.perf_counter() - start < cfg["seconds"]:
-        due = time.perf_counter() >= prof._next_sample
-        t = time.perf_counter()
         qs.run(step)
-        (traced if due else plain).append(time.perf_counter() - t)
+        runs += 1
         if cfg["step_ms"]:
             time.sleep(cfg["step_ms"] / 1000)
     total = time.perf_counter() - start
     report = prof.reports(since)[0]
-extra = max(0.0, statistics.median(traced) - statistics.median(plain)) * len(traced)
+    # What the profile measured itself: each traced run's time less an untraced run's.
+    traced, extra = prof.traced_runs - traced, prof.trace_secs - extra
 print(json.dumps({"python": spent[0] / total, "trace": extra / total,
-                  "runs": len(traced) + len(plain), "traced": len(traced),
+                  "runs": runs, "traced": traced,
                   "verdict": str(report), "wait": report.wait_fraction}))
 """
 

@@ -65,7 +65,8 @@ def state_size(n_files=1000, per_file=100, in_flight=10_000, seed=0):
     """Bytes of the saved state: 40% of the files consumed, 10,000 records read past that
     (the shuffle buffer) of which a random half consumed."""
     sys.path.insert(0, ROOT)
-    from queuekit.session.position import FORMAT, _rle
+    from queuekit.session.position import FORMAT
+    from queuekit.session.position_file import rle
 
     rng = np.random.default_rng(seed)
     counts = np.zeros(n_files * per_file, np.int64)
@@ -77,7 +78,7 @@ def state_size(n_files=1000, per_file=100, in_flight=10_000, seed=0):
     state = {"format": FORMAT, "pipelines": [{
         "name": "tfrecord_batches", "kind": "offset", "shuffle": True, "seed": 1,
         "num_epochs": None, "files": [[f, 200_000_000, per_file] for f in files],
-        "counts": [_rle(counts[k * per_file:(k + 1) * per_file]) for k in range(n_files)]}]}
+        "counts": [rle(counts[k * per_file:(k + 1) * per_file]) for k in range(n_files)]}]}
     return len(json.dumps(state, separators=(",", ":")).encode())
 
 

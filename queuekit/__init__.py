@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # type checkers see the real names; at run time _WHERE loads 
         UnreadableFolderError,
         WorkLost,
     )
+    from queuekit.graph_keys import GraphKeys
     from queuekit.pipelines.binary import FixedLengthLayout, fixed_length_batches
     from queuekit.pipelines.builders import image_folder_batches, tfrecord_batches
     from queuekit.pipelines.layout import RecordLayout, record_layout
@@ -87,6 +88,7 @@ _WHERE = {
     "image_folder_batches": "queuekit.pipelines.builders",
     "fixed_length_batches": "queuekit.pipelines.binary",
     "pad_last_batch": "queuekit.pipelines.padding",
+    "GraphKeys": "queuekit.graph_keys",
     "FixedLengthLayout": "queuekit.pipelines.binary",
     "record_layout": "queuekit.pipelines.layout",
     "RecordLayout": "queuekit.pipelines.layout",

@@ -243,7 +243,9 @@ from tests.helpers import v1  # noqa: E402
 
 
 def _ids_batch(files, **kw):
-    v1.train.get_or_create_global_step()  # a model for the Saver to save
+    # A model for the Saver to save, and a training graph (it increments its global step):
+    # a restore into it resumes the input.
+    v1.train.get_or_create_global_step().assign_add(1)
     kw.setdefault("num_readers", 1)  # records in file order
     return qk.tfrecord_batches(files, batch_size=5, num_epochs=1, parse_fn=lambda s: (
         tf.io.parse_single_example(s, {"id": tf.io.FixedLenFeature([], tf.int64)})), **kw)
@@ -452,7 +454,7 @@ def test_image_folder_batches_resume_by_file(tmp_path):
     make_mixed_folder(tmp_path / "src", n_per_class=5)
 
     def build():
-        v1.train.get_or_create_global_step()
+        v1.train.get_or_create_global_step().assign_add(1)  # a training graph
         return qk.image_folder_batches(tmp_path / "src", image_size=8, batch_size=4,
                                        num_epochs=2, shuffle=True, seed=1, num_threads=2)
 
@@ -497,7 +499,7 @@ def test_a_read_whose_records_were_all_consumed_never_reaches_parse_fn_empty(tmp
     path.write_bytes(np.arange(40, dtype=np.int64).tobytes())
 
     def build():
-        v1.train.get_or_create_global_step()
+        v1.train.get_or_create_global_step().assign_add(1)  # a training graph
         return qk.fixed_length_batches(
             str(path), record_bytes=8, batch_size=4, num_epochs=1, read_many=4, num_readers=1,
             parse_fn=lambda v: {"id": tf.io.decode_raw(v, tf.int64)[..., 0]})
@@ -529,3 +531,57 @@ def test_an_evaluation_of_the_training_files_from_a_training_checkpoint_reads_th
         v1.train.Saver().restore(qs, prefix)
         assert sorted(i for b in qs.iterate(batch) for i in b["id"].tolist()) == list(
             range(N_FILES * PER_FILE))
+
+
+def _eval_ids(files):
+    """The training pipeline's builder with its settings (num_epochs=1, in order) in a graph
+    that trains nothing: the global step only restored, never incremented."""
+    v1.train.get_or_create_global_step()
+    return qk.tfrecord_batches(files, batch_size=7, num_epochs=1, num_readers=1,
+                               parse_fn=lambda s: tf.io.parse_single_example(
+                                   s, {"id": tf.io.FixedLenFeature([], tf.int64)}))
+
+
+@pytest.mark.parametrize("restore", ["saver", "checkpoint_dir"])
+def test_an_evaluation_restoring_a_mid_epoch_training_checkpoint_counts_every_record(
+        tmp_path, files, restore, caplog):
+    """docs/migrating.rst's evaluation loop (saver.restore(qs, path), then every batch) and
+    checkpoint_dir, over the training files with the training pipeline's own settings, from
+    a checkpoint 35 records into the epoch: every record counted once (it counted 80 of
+    120, or none). resume_input=True still resumes such a graph."""
+    ckdir = tmp_path / "ck"
+    with qk.QueueSession() as qs:
+        _consume(qs, _ids_batch(files), 7)
+        v1.train.Saver().save(qs, str(ckdir / "model"))
+    caplog.set_level("INFO", logger="queuekit.session.position")
+    with qk.QueueSession(checkpoint_dir=str(ckdir) if restore == "checkpoint_dir" else None) as qs:
+        batch = _eval_ids(files)
+        if restore == "saver":
+            v1.train.Saver().restore(qs, str(ckdir / "model"))
+        seen = sorted(i for b in qs.iterate(batch) for i in b["id"].tolist())
+    assert seen == list(range(N_FILES * PER_FILE))
+    assert "trains nothing (an evaluation)" in caplog.text
+    with qk.QueueSession(resume_input=True) as qs:
+        batch = _eval_ids(files)
+        v1.train.Saver().restore(qs, str(ckdir / "model"))
+        assert len([i for b in qs.iterate(batch) for i in b["id"].tolist()]) == 120 - 35
+
+
+def test_a_graph_trains_with_an_optimizer_or_a_global_step_increment():
+    """What counts as training: an optimizer's update, or the global step incremented; a
+    graph that only reads the step and computes a metric does not."""
+    from queuekit.session.position import trains
+
+    def graph(build):
+        g = tf.Graph()
+        with g.as_default():
+            step = v1.train.get_or_create_global_step()
+            w = v1.get_variable("w", [], initializer=v1.zeros_initializer())
+            build(step, w)
+        return g
+
+    assert trains(graph(lambda step, w: v1.train.GradientDescentOptimizer(0.1).minimize(
+        (w - 1.0) ** 2)))
+    assert trains(graph(lambda step, w: step.assign_add(1)))
+    assert not trains(graph(lambda step, w: v1.metrics.mean(w + tf.cast(step, tf.float32))))
+    assert not trains(graph(lambda step, w: v1.train.Saver()))

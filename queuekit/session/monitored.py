@@ -78,7 +78,7 @@ def monitored_training_session(
         stall_timeout_secs: float | None = DEFAULT_STALL_TIMEOUT_SECS,
         recovery_wait_secs: float = WORKER_RECOVERY_WAIT_SECS,
         save_on_preemption: bool = False,
-        report_input_secs: float | None = None) -> QueueSession:
+        report_input_secs: float | None = None, input_report: bool = True) -> QueueSession:
     """A started :class:`~queuekit.QueueSession` set up as ``MonitoredTrainingSession`` would.
 
     Migrating is one line: ``tf.compat.v1.train.MonitoredTrainingSession(``
@@ -100,6 +100,8 @@ def monitored_training_session(
             line per pipeline: the share of step time spent waiting for input...) and
             writes the figures as scalars into the summary directory
             (:class:`~queuekit.InputReportHook`).
+        input_report: False: the session counts and traces nothing for the input report
+            (see :class:`~queuekit.QueueSession`).
 
     ``stop_grace_period_secs`` is the :class:`~queuekit.QueueSession`'s
     ``stop_grace_secs``: queuekit closes the queues first, so threads normally
@@ -134,7 +136,8 @@ def monitored_training_session(
     session = QueueSession(graph, target=master, config=config, session_creator=creator,
                            checkpoint_dir=checkpoint_dir,
                            hooks=all_hooks, stop_grace_secs=stop_grace_period_secs,
-                           stall_timeout_secs=stall_timeout_secs, is_chief=is_chief)
+                           stall_timeout_secs=stall_timeout_secs, is_chief=is_chief,
+                           input_report=input_report)
     return session.start()
 
 

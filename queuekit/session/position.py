@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import stat
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -44,10 +43,20 @@ from queuekit.errors import DatasetError
 from queuekit.graph_keys import GraphKeys, graph_objects
 from queuekit.records.files import atomic_write
 from queuekit.records.tfrecord import check_framing
+from queuekit.session.position_file import (
+    SUFFIX,
+    fingerprint,
+    identity,
+    match_files,
+    read_position,
+    remove_dead_temps,
+    remove_if_written,
+    rle,
+    unrle,
+)
 from queuekit.session.start import SessionInterface
 
 log = logging.getLogger(__name__)
-SUFFIX = ".queuekit-input"
 _DRAIN_RUNS = 1000  # runs between two drains of the graph's queue (its memory)
 FORMAT = 1
 _SAVE_OPS = ("SaveV2", "Save", "SaveSlices", "MergeV2Checkpoints")
@@ -62,6 +71,9 @@ class Tally:
         self.files = list(position.files)
         self._file_index = {os.fsencode(f): i for i, f in enumerate(self.files)}
         self.sizes = [os.path.getsize(f) for f in self.files]
+        # What each file is, wherever it is: a checkpoint's files are found by it.
+        self.prints = [fingerprint(f, size) for f, size in zip(self.files, self.sizes,
+                                                                  strict=True)]
         self._places = [_record_places(f, position) for f in self.files]
         self.counts = [np.zeros(len(p), np.int64) for p in self._places]
         self.skips = 0  # records a restore left to skip
@@ -90,18 +102,22 @@ class Tally:
         p = self.position
         return {"name": p.name, "kind": p.record_kind, "shuffle": p.shuffle, "seed": p.seed,
                 "num_epochs": p.num_epochs,
-                "files": [[f, size, len(c)] for f, size, c in
-                          zip(self.files, self.sizes, self.counts, strict=True)],
-                "counts": [_rle(c) for c in self.counts]}
+                "files": [[f, size, len(c), fp] for f, size, c, fp in
+                          zip(self.files, self.sizes, self.counts, self.prints, strict=True)],
+                "counts": [rle(c) for c in self.counts]}
+
+    def matches(self, state: dict[str, Any]) -> dict[str, str] | None:
+        """Which of this pipeline's files each file of a checkpoint's pipeline ``state`` is
+        (:func:`~queuekit.session.position_file.match_files`); None: another input."""
+        saved = [(str(e[0]), int(e[1]), int(e[2]), str(e[3]) if len(e) > 3 else None)
+                 for e in state["files"]]
+        now = list(zip(self.files, self.sizes, (len(c) for c in self.counts), self.prints,
+                       strict=True))
+        return match_files(saved, now, self.position.name)
 
     def resume(self, state: dict[str, Any], sess) -> bool:
         """Continue from a checkpoint's ``state`` of this pipeline; False when it is another
         input altogether (no file in common)."""
-        saved = [(str(f), int(size), int(n)) for f, size, n in state["files"]]
-        if not set(f for f, _, _ in saved) & set(self.files):
-            log.info("pipeline %s: the checkpoint's input of that name reads other files; "
-                     "starting at the beginning", self.position.name)
-            return False
         p = self.position
         then = (state.get("kind"), state.get("num_epochs"), bool(state.get("shuffle")))
         if then != (p.record_kind, p.num_epochs, p.shuffle):
@@ -111,10 +127,13 @@ class Tally:
                      "as %s (kind, num_epochs, shuffle), this one as %s: starting at the "
                      "beginning", p.name, then, (p.record_kind, p.num_epochs, p.shuffle))
             return False
-        _check_same(saved, list(zip(self.files, self.sizes, (len(c) for c in self.counts),
-                                    strict=True)), self.position.name)
-        by_name = {f: _unrle(runs, n) for runs, (f, _, n) in zip(state["counts"], saved,
-                                                                   strict=True)}
+        mapping = self.matches(state)
+        if mapping is None:
+            log.info("pipeline %s: the checkpoint's input of that name reads other files; "
+                     "starting at the beginning", p.name)
+            return False
+        by_name = {mapping[str(e[0])]: unrle(runs, int(e[2]), p.num_epochs)
+                   for runs, e in zip(state["counts"], state["files"], strict=True)}
         counts = [by_name[f] for f in self.files]  # in this pipeline's order, whatever it was
         done = min((int(c.min()) for c in counts if len(c)), default=0)
         keys, skips, whole = [], [], []
@@ -157,46 +176,6 @@ def _record_places(path: str, position) -> np.ndarray:
     return np.asarray(places, np.int64)
 
 
-def _rle(counts: np.ndarray) -> list[list[int]]:
-    """``[[value, run], ...]``: a consumed prefix, scattered records, the rest: a few runs."""
-    if not len(counts):
-        return []
-    edges = np.flatnonzero(np.diff(counts)) + 1
-    starts = np.concatenate([[0], edges])
-    runs = np.diff(np.concatenate([starts, [len(counts)]]))
-    return [[int(counts[s]), int(r)] for s, r in zip(starts, runs, strict=True)]
-
-
-def _unrle(runs, n: int) -> np.ndarray:
-    """The counts of ``runs``, checked first: the file is untrusted input (a run of 10**12
-    must be an error, not an allocation)."""
-    values = [int(v) for v, _ in runs]
-    lengths = [int(r) for _, r in runs]
-    if min(values + lengths, default=0) < 0 or sum(lengths) != n:
-        raise DatasetError(f"an input position of {sum(lengths)} records for a file of {n}")
-    return np.repeat(values, lengths).astype(np.int64)
-
-
-def _check_same(saved, now, name: str) -> None:
-    """Raise, naming a file, unless the pipeline reads the files the checkpoint saw."""
-    before = {f: (size, n) for f, size, n in saved}
-    after = {f: (size, n) for f, size, n in now}
-    fix = ("; restore a checkpoint of this dataset, or start its input over with "
-           "QueueSession(resume_input=False)")
-    for f in after:
-        if f not in before:
-            raise DatasetError(f"{f} was added to pipeline {name}'s input since the "
-                               f"checkpoint{fix}")
-    for f in before:
-        if f not in after:
-            raise DatasetError(f"{f} was in pipeline {name}'s input at the checkpoint and is "
-                               f"not now{fix}")
-        if before[f] != after[f]:
-            raise DatasetError(f"{f} changed since the checkpoint ({before[f][0]} bytes, "
-                               f"{before[f][1]} records then; {after[f][0]} bytes, "
-                               f"{after[f][1]} records now){fix}")
-
-
 class InputPositions:
     """The tallies of a session's resumable pipelines, their hook, and their checkpoints."""
 
@@ -215,7 +194,7 @@ class InputPositions:
         self._kinds: dict[str, str] = {}
         # The positions this session wrote, with the file's identity: tidy removes one only
         # when its checkpoint is gone, and only if it is still the file written here.
-        self._written: dict[str, tuple[int, int]] = {}
+        self._written: dict[str, tuple[int, int, int, int, str]] = {}
         self._saved = False  # a save since the last tidy
         self._runs = 0
         self._skipping = False  # a restore left reads to skip: runners start skipping
@@ -268,8 +247,7 @@ class InputPositions:
             return
         os.makedirs(os.path.dirname(prefix) or ".", exist_ok=True)  # as the Saver's op does
         atomic_write(prefix + SUFFIX, data)
-        st = os.stat(prefix + SUFFIX)
-        self._written[prefix] = (st.st_dev, st.st_ino)
+        self._written[prefix] = identity(prefix + SUFFIX, data)
         self._saved = True
 
     def tidy(self) -> None:
@@ -277,18 +255,14 @@ class InputPositions:
         ``max_to_keep`` removes model files after the save; a failed save leaves none): at
         the next run after a save, and when the session closes. Never a file it did not
         write: another job's, or one put there since."""
+        if self._saved and self._written:  # a killed writer's temps beside the checkpoints
+            remove_dead_temps(next(iter(self._written)))
         self._saved = False
-        for prefix, identity in list(self._written.items()):
+        for prefix, written in list(self._written.items()):
             if os.path.exists(prefix + ".index"):
                 continue
             del self._written[prefix]
-            path = prefix + SUFFIX
-            try:
-                st = os.lstat(path)
-                if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) == identity:
-                    os.unlink(path)
-            except OSError as e:
-                log.debug("could not remove %s: %r", path, e)
+            remove_if_written(prefix + SUFFIX, written)
 
     def checkpoint(self, fetches, feed_dict) -> None:
         """Before a run: a ``Saver``'s save gets the input position beside it; a restore
@@ -306,39 +280,66 @@ class InputPositions:
                         "is not applied (restore before the first run, or pass "
                         "checkpoint_dir)", prefix)
 
-    def resume(self, prefix: str | None, sess) -> None:
-        """Continue every pipeline from the input state saved with checkpoint ``prefix``."""
+    def resume(self, prefix: str | None, sess, *, always: bool = False) -> None:
+        """Continue every pipeline from the input state saved with checkpoint ``prefix``;
+        unless ``always``, only in a graph that trains (:func:`trains`)."""
         if prefix is None:
+            return
+        if not always and not trains(self._graph):
+            log.info("restored %s into a graph that trains nothing (an evaluation): its "
+                     "input starts at the beginning, every record read once per epoch; "
+                     "QueueSession(resume_input=True) resumes it", prefix)
             return
         warn_unresumable(self._graph, {t.position.producer_queue for t in self.tallies},
                           prefix)
         if not self.tallies and not self.works:
             return
         path = prefix + SUFFIX
-        try:
-            with tf.io.gfile.GFile(path, "rb") as f:
-                state = json.loads(f.read())
-        except tf.errors.NotFoundError:
+        state = read_position(path)
+        if state is None:
             log.warning("checkpoint %s has no input position (written outside a queuekit "
                         "session, or by an earlier version): the input starts its epoch over",
                         prefix)
             return
-        except (OSError, ValueError, tf.errors.OpError) as e:
-            raise DatasetError(f"{path}: not a queuekit input position ({e})") from e
-        if not isinstance(state, dict) or state.get("format") != FORMAT:
+        if state.get("format") != FORMAT:
             raise DatasetError(f"{path}: an input position of an unknown format")
-        saved = {p.get("name"): p for p in state.get("pipelines", []) if isinstance(p, dict)}
+        saved = {p["name"]: p for p in state.get("pipelines", [])}
         books = {w.get("name"): w for w in state.get("work_queues", []) if isinstance(w, dict)}
         try:
             for tally in self.tallies:
-                if tally.position.name in saved:
-                    tally.resume(saved[tally.position.name], sess)
+                found = self._saved_for(tally, saved, path)
+                if found is not None:
+                    tally.resume(found, sess)
                     self._skipping = self._skipping or tally.skips > 0
             for work in self.works:
                 if work.name in books:
                     self.work_resume[work.name] = _work_resume(work, books[work.name])
+        except DatasetError:
+            raise  # names the file that differs, or what the position claims
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise DatasetError(f"{path}: a malformed input position ({e!r})") from e
+        if saved:
+            log.warning("%s: the input position of pipeline(s) %s matched no pipeline of this "
+                        "graph (%s): nothing of it is applied", path, ", ".join(sorted(saved)),
+                        ", ".join(t.position.name for t in self.tallies) or "none")
+
+    @staticmethod
+    def _saved_for(tally: Tally, saved: dict[str, dict], path: str) -> dict | None:
+        """The checkpoint's pipeline ``tally`` continues, taken out of ``saved``: the one of
+        its name, else one that read the same files (a script that renamed its pipeline, or
+        built another first)."""
+        if tally.position.name in saved:
+            return saved.pop(tally.position.name)
+        for name, state in saved.items():
+            try:
+                same = tally.matches(state)
+            except DatasetError:
+                same = None
+            if same is not None:
+                log.warning("%s: pipeline %s continues the checkpoint's pipeline %s, which "
+                            "read the same files", path, tally.position.name, name)
+                return saved.pop(name)
+        return None
 
 
 def _reader_of(op, tallies):
@@ -389,8 +390,9 @@ def _work_resume(work, saved: dict[str, Any]) -> tuple[int, list[str]]:
     for f, size in now.items():  # a size one side could not see is no difference
         if f in then and min(size, then[f]) < 0:
             now[f] = then[f]
-    _check_same([(f, size, 0) for f, size in then.items()],
-                [(f, size, 0) for f, size in now.items()], work.name)
+    if match_files([(f, size, 0, None) for f, size in then.items()],
+                   [(f, size, 0, "") for f, size in now.items()], work.name) is None and then:
+        raise ValueError(f"none of the files {sorted(then)[:3]} is read now")
     epoch = int(saved["epoch"])
     if epoch < 0 or (work.num_epochs is not None and epoch > work.num_epochs):
         raise ValueError(f"epoch {epoch}")
@@ -402,6 +404,26 @@ def _work_resume(work, saved: dict[str, Any]) -> tuple[int, list[str]]:
     log.info("work queue %s resumes from its checkpoint: %d file(s) to read again, then "
              "epoch %d", work.name, len(entries), epoch)
     return epoch, entries
+
+
+# What an optimizer's update of a variable runs (minimize(), apply_gradients()).
+_UPDATE_PREFIXES = ("Apply", "ResourceApply", "SparseApply", "ResourceSparseApply")
+_INCREMENTS = ("AssignAdd", "AssignAddVariableOp")
+
+
+def trains(graph: tf.Graph) -> bool:
+    """Whether ``graph`` trains: an optimizer's update op, a gradient, or an op that
+    increments the global step. A restore into a graph that does not is an evaluation of
+    that checkpoint, not a resume of its input: resuming would evaluate only the records
+    training had not consumed yet (80 of 120, or none, silently; #44)."""
+    step = tf.compat.v1.train.get_global_step(graph)
+    step_op = None if step is None else step.op
+    for op in graph.get_operations():
+        if op.type.startswith(_UPDATE_PREFIXES) or op.name.startswith("gradients/"):
+            return True
+        if op.type in _INCREMENTS and step_op is not None and op.inputs[0].op is step_op:
+            return True
+    return False
 
 
 def warn_unresumable(graph: tf.Graph, ours: set[str], prefix: str) -> None:

@@ -111,8 +111,9 @@ class QueueSession(SessionInterface):
         hooks: ``tf.compat.v1.train.SessionRunHook`` objects, called as
             ``MonitoredSession`` calls them (on every :meth:`run`).
         resume_input: continue the input of queuekit's builders where the
-            restored checkpoint's steps left it (:mod:`queuekit.session.position`);
-            False starts it over.
+            restored checkpoint's steps left it (:mod:`queuekit.session.position`):
+            None, in a graph that trains (an evaluation restoring a checkpoint reads
+            every record); True, always; False starts it over.
         input_report: count the steps and trace a run now and then for
             :meth:`input_report` (traced runs cost at most 1% of the loop's time,
             :mod:`queuekit.session.profile`); False: nothing counted or traced.
@@ -124,7 +125,7 @@ class QueueSession(SessionInterface):
                  stop_grace_secs: float = DEFAULT_STOP_GRACE_SECS,
                  stall_timeout_secs: float | None = DEFAULT_STALL_TIMEOUT_SECS,
                  hooks: Sequence[Any] = (), is_chief: bool | None = None,
-                 resume_input: bool = True, input_report: bool = True):
+                 resume_input: bool | None = None, input_report: bool = True):
         self._graph = graph if graph is not None else program_graph()
         self._target = target
         self._task = task_of(target)
@@ -387,8 +388,8 @@ class QueueSession(SessionInterface):
                     self._init.chief and graph_objects(self._graph, GraphKeys.WORK_QUEUES)):
                 self._positions = InputPositions(self._graph, sess)
                 self._noting = NotingSession(sess, self._positions)
-                if self._resume_input and self._init.chief:
-                    self._positions.resume(restored, sess)
+                if self._resume_input is not False and self._init.chief:
+                    self._positions.resume(restored, sess, always=self._resume_input is True)
             elif restored:
                 warn_unresumable(self._graph, set(), restored)
         running = SessionThreads(
