@@ -239,6 +239,33 @@ def test_disk_full_names_the_output(tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["src"]
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_real_write_error_names_the_file_it_was_writing(tmp_path, workers):
+    """make in a process whose files may not grow past 2 KiB (RLIMIT_FSIZE: the write fails
+    as on a full disk, an OSError that names no file): the error names the file being written
+    (it was "[Errno 28] No space left on device" alone), exit 1, nothing left behind."""
+    make_mixed_folder(tmp_path / "src")
+    code = (
+        "import resource, signal, sys, queuekit as qk\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))\n"
+        "try:\n"
+        f"    qk.write_tfrecords({str(tmp_path / 'src')!r}, {str(tmp_path / 'o.tfrecords')!r},\n"
+        f"                       image_size=48, encoding='png', workers={workers},\n"
+        "                       progress=False)\n"
+        "except OSError as e:\n"
+        "    print(e.errno, e.filename)\n"
+        "    print(e)\n"
+        "    sys.exit(1)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, preexec_fn=default_signals)
+    assert done.returncode == 1, done.stderr[-2000:]
+    errno_, filename = done.stdout.splitlines()[0].split(" ", 1)
+    assert int(errno_) == 27 and filename.startswith(str(tmp_path)), done.stdout
+    assert filename in done.stdout.splitlines()[1]
+    assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
 def test_a_second_make_to_the_same_output_fails_and_the_first_finishes_whole(tmp_path):
     """Two makes to one output: the second fails at once naming the lock, and removes nothing of
     the first (whose spool it would have called stale); the first writes its dataset whole."""

@@ -61,12 +61,18 @@ def encode_record(task) -> tuple[bytes | None, str | None]:
 def _encode_chunk(tasks, chunk_path: str) -> list[tuple[int | None, str | None]]:
     """Write the records of ``tasks`` to ``chunk_path``; (length or None, skip reason) each."""
     results = []
-    with open(chunk_path, "wb") as f:
-        for task in tasks:
-            record, reason = encode_record(task)
-            if record is not None:
-                f.write(record)
-            results.append((None if record is None else len(record), reason))
+    try:
+        with open(chunk_path, "wb") as f:
+            for task in tasks:
+                record, reason = encode_record(task)
+                if record is not None:
+                    f.write(record)
+                results.append((None if record is None else len(record), reason))
+    except OSError as e:  # a full disk says "[Errno 28] No space left on device", no file
+        if e.filename is not None:
+            raise
+        raise OSError(e.errno, f"{e.strerror} (writing {chunk_path}, make's spool file "
+                      f"beside the output)", chunk_path) from e
     return results
 
 
