@@ -88,3 +88,30 @@ def test_rows_can_run_with_the_thread_pools_spinning_off(small_file, tmp_path):
     default = qk.benchmark(small_file, readers=(1,), compare=(), seconds=0.2, repeat=1,
                            warmup_batches=1, batch_size=8)
     assert "spinning" not in default.table() and '"spinning": true' in default.to_json()
+
+
+def test_gzip_records_run_in_every_row_and_a_failed_row_says_its_error(tmp_path):
+    """GZIP records: queuekit's, tf.data's and the seed-style rows all read them (the
+    references failed with DataLossError). A corrupt record: each row fails with the error's
+    own line, not a traceback frame or TF's "Graph execution error:"."""
+    import tensorflow as tf
+
+    plain = write_image_records(tmp_path / "plain.tfrecords", range(64), shape=(8, 8, 3))
+    records = list(tf.compat.v1.io.tf_record_iterator(plain))
+    gz = str(tmp_path / "gz.tfrecords")
+    with tf.io.TFRecordWriter(gz, tf.io.TFRecordOptions(compression_type="GZIP")) as w:
+        for record in records:
+            w.write(record)
+    kw = dict(readers=(1,), seconds=0.2, repeat=1, warmup_batches=1, batch_size=8,
+              compare=("tfdata-batched", "tfdata", "seed"))
+    report = qk.benchmark(gz, spinning=False, **kw)
+    assert [r.error for r in report.rows] == [None] * 4
+    data = bytearray(open(plain, "rb").read())
+    data[len(data) // 2] ^= 0xFF  # inside a record's data: its data CRC is wrong
+    bad = tmp_path / "bad.tfrecords"
+    bad.write_bytes(bytes(data))
+    report = qk.benchmark(str(bad), **dict(kw, compare=("seed",)))
+    for row in report.rows:
+        kind, _, reason = (row.error or "").partition(": ")
+        assert kind in ("DataLossError", "CorruptRecordError") and reason, row.error
+        assert "Graph execution error" not in reason and not reason.startswith("File ")

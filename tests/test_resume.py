@@ -439,7 +439,7 @@ def test_files_named_with_colons_and_bytes_not_utf8_count_each_record_consumed(t
         ids = set(_consume(qs, batch, 9))  # 45 of 60: into the second file
         saver.save(qs, prefix)
     (pipeline,) = json.loads(open(prefix + ".queuekit-input").read())["pipelines"]
-    assert [os.fsencode(f) for f, _, _ in pipeline["files"]] == [os.fsencode(f) for f in files]
+    assert [os.fsencode(f) for f, *_ in pipeline["files"]] == [os.fsencode(f) for f in files]
     for k, runs in enumerate(pipeline["counts"]):
         counts = [v for v, n in runs for _ in range(n)]
         assert counts == [int(PER_FILE * k + j in ids) for j in range(PER_FILE)]

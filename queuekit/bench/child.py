@@ -13,7 +13,7 @@ import statistics
 import sys
 import time
 
-from queuekit.bench.report import BenchRow
+from queuekit.bench.report import FAILED, BenchRow
 from queuekit.cluster.launch import exit_with_parent
 
 
@@ -50,12 +50,24 @@ def _queuekit(spec, layout):
                             image_size=spec.get("image_size"), prefetch=spec.get("prefetch"))
 
 
+def _compression(spec) -> str:
+    """The files' compression ("", GZIP, ZLIB): every row reads them as they are written."""
+    from queuekit.records.files import compression_of_all
+
+    return compression_of_all(spec["files"])
+
+
+def _records(tf, spec):
+    return tf.data.TFRecordDataset(spec["files"], compression_type=_compression(spec),
+                                   num_parallel_reads=tf.data.AUTOTUNE)
+
+
 def _dataset(spec, parse, *, normalise_batch: bool):
     """TFRecordDataset -> map(parse) -> batch -> [one Dequantize pass] -> prefetch, AUTOTUNE."""
     tf = _tf()
     from queuekit.pipelines.batching import normalized
 
-    ds = tf.data.TFRecordDataset(spec["files"], num_parallel_reads=tf.data.AUTOTUNE).repeat()
+    ds = _records(tf, spec).repeat()
     if spec["shuffle"]:
         ds = ds.shuffle(1000)
     ds = ds.map(parse, tf.data.AUTOTUNE).batch(spec["batch_size"])
@@ -86,7 +98,7 @@ def _tfdata_batched(spec, layout):
         f = parse_records(ser, tf.fill(tf.shape(ser), ""), layout, many=True)
         return {"image": normalized(f["image"]), "label": f["label"]}
 
-    ds = tf.data.TFRecordDataset(spec["files"], num_parallel_reads=tf.data.AUTOTUNE).repeat()
+    ds = _records(tf, spec).repeat()
     if spec["shuffle"]:
         ds = ds.shuffle(1000)
     ds = ds.batch(spec["batch_size"]).map(parse, tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
@@ -103,12 +115,15 @@ def _tfdata_map(spec, layout):
 
 def _seed(spec, layout):
     """The seed's read_and_decode(flag='train'), with its normalise-before-batch."""
-    v1 = _tf().compat.v1
+    tf = _tf()
+    v1 = tf.compat.v1
     from queuekit.pipelines.builders import quiet_deprecations
 
     with quiet_deprecations():
         fq = v1.train.string_input_producer(spec["files"])
-        key, ser = v1.TFRecordReader().read(fq)
+        compression = _compression(spec)
+        key, ser = v1.TFRecordReader(options=tf.io.TFRecordOptions(
+            compression_type=compression) if compression else None).read(fq)
         im, lab = v1.train.batch(list(_parse_normalised(ser, layout, key)),
                                  batch_size=spec["batch_size"], capacity=20)
     return {"image": im, "label": lab}
@@ -117,7 +132,7 @@ def _seed(spec, layout):
 def _read_ceiling(spec, layout):
     """The files' bytes alone (TFRecordDataset, no parse): the read rate no pipeline beats."""
     tf = _tf()
-    ds = tf.data.TFRecordDataset(spec["files"], num_parallel_reads=tf.data.AUTOTUNE).repeat()
+    ds = _records(tf, spec).repeat()
     ser = tf.compat.v1.data.make_one_shot_iterator(
         ds.batch(spec["batch_size"]).prefetch(tf.data.AUTOTUNE)).get_next()
     return {"image": tf.strings.length(ser), "label": ser}
@@ -249,5 +264,14 @@ if __name__ == "__main__":  # one configuration, in its own process
     # Ends with the bench that started it, even one stopped while this process was
     # still starting (before subprocess.run could kill it).
     exit_with_parent()
-    result = _measure(json.loads(sys.argv[1]))
+    try:
+        result = _measure(json.loads(sys.argv[1]))
+    except Exception as error:  # noqa: BLE001 - the row's reason, said by the parent
+        # The error itself, on a line of its own: the last line of stderr may be a
+        # traceback frame, a note or a TensorFlow log line.
+        from queuekit.session.policy import useful_lines
+
+        first = (useful_lines(getattr(error, "message", None) or str(error)) or [""])[0]
+        print(f"{FAILED}{type(error).__name__}: {first}", flush=True)
+        raise
     print(json.dumps(dataclasses.asdict(result)))

@@ -8,6 +8,8 @@ import os
 
 from queuekit.errors import MissingDependencyError
 
+FAILED = "queuekit-bench-failed: "  # a child's line on stdout that gives its row's failure
+
 
 @dataclasses.dataclass
 class BenchRow:

@@ -17,7 +17,7 @@ import platform
 import subprocess
 import sys
 
-from queuekit.bench.report import BenchReport, BenchRow
+from queuekit.bench.report import FAILED, BenchReport, BenchRow
 from queuekit.cluster.launch import PARENT_ENV
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,9 @@ def _in_child(spec) -> BenchRow:
         return row
     last = proc.stdout.strip().splitlines()[-1:] if proc.stdout.strip() else []
     if proc.returncode != 0 or not last:
+        said = [line[len(FAILED):] for line in proc.stdout.splitlines() if line.startswith(FAILED)]
         err = [line for line in proc.stderr.splitlines() if line.strip()]
-        row.error = (err[-1] if err else f"exit code {proc.returncode}")[:200]
+        row.error = (said[-1] if said else err[-1] if err
+                     else f"exit code {proc.returncode}")[:200]
         return row
     return BenchRow(**json.loads(last[0]))

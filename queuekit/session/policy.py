@@ -227,12 +227,18 @@ def _warn_dropped(error: tf.errors.OutOfRangeError) -> None:
 
 def _reason(message: str | None) -> str:
     """The informative line of TF's message ("FIFOQueue '...' is closed and has ...")."""
-    lines = [line.strip() for line in (message or "").splitlines()]
-    useful = [line for line in lines if line and not line.startswith(
-        ("Graph execution error", "Detected at node", "[[", "Original stack trace", "File ",
-         "Node: "))]
+    useful = useful_lines(message)
     return next((line for line in useful if "closed" in line), useful[0] if useful
                 else "end of input")
+
+
+def useful_lines(message: str | None) -> list[str]:
+    """The lines of TensorFlow's error message that say what happened, without its framing
+    ("Graph execution error:", "Detected at node", the node and stack lines)."""
+    lines = [line.strip() for line in (message or "").splitlines()]
+    return [line for line in lines if line and not line.startswith(
+        ("Graph execution error", "Detected at node", "[[", "Original stack trace", "File ",
+         "Node: "))]
 
 
 def run_with_hooks(hooks: Sequence[Any], session, run: Callable, fetches, feed_dict,
