@@ -616,3 +616,40 @@ def test_an_endless_input_of_the_default_builder_gives_its_first_pass_as_one_pas
         b = batch()
         got = [i for _ in range(n // 8) for i in qs.run(b["id"]).tolist()]
     assert sorted(got) == list(range(n))
+
+
+def test_a_read_of_sequence_examples_all_empty_does_not_kill_the_process(tmp_path):
+    """read_many=4 over SequenceExamples whose 4 sequences are all empty: every record is
+    delivered (the empty ones padded with zeros) and the process lives (TensorFlow's padding
+    queue died with SIGSEGV on the empty read). In a child process: a crash must not take
+    the test run with it."""
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "seq.tfrecords")
+    with tf.io.TFRecordWriter(path) as w:
+        for i in range(8):
+            n = 0 if i < 4 else i
+            w.write(tf.train.SequenceExample(
+                context=tf.train.Features(feature={"id": tf.train.Feature(
+                    int64_list=tf.train.Int64List(value=[i]))}),
+                feature_lists=tf.train.FeatureLists(feature_list={"tokens": tf.train.FeatureList(
+                    feature=[tf.train.Feature(int64_list=tf.train.Int64List(value=[7]))] * n)}),
+            ).SerializeToString())
+    script = (
+        "import sys, tensorflow as tf, queuekit as qk\n"
+        "def parse(s):\n"
+        "    ctx, seq, _ = tf.io.parse_sequence_example(\n"
+        "        s, context_features={'id': tf.io.FixedLenFeature([], tf.int64)},\n"
+        "        sequence_features={'tokens': tf.io.FixedLenSequenceFeature([], tf.int64)})\n"
+        "    return {'id': ctx['id'], 'tokens': seq['tokens']}\n"
+        "with qk.QueueSession() as qs:\n"
+        "    b = qk.tfrecord_batches(sys.argv[1], batch_size=4, num_epochs=1, read_many=4,\n"
+        "                            num_readers=1, parse_fn=parse,\n"
+        "                            allow_smaller_final_batch=True)\n"
+        "    for x in qs.iterate(b):\n"
+        "        print(x['id'].tolist(), int(x['tokens'].sum()))\n")
+    done = subprocess.run([sys.executable, "-c", script, path], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:2] == ["[0, 1, 2, 3] 0", "[4, 5, 6, 7] 154"]

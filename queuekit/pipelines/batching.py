@@ -29,7 +29,12 @@ from queuekit.errors import UnknownBatchSize
 from queuekit.graph_keys import GraphKeys
 from queuekit.pipelines.graph_care import report_for_finalize, summaries_kept_out
 from queuekit.pipelines.position import POSITION_KEY, epoch_files, reads, take_consumed
-from queuekit.pipelines.varlen import element_shapes, shuffled_elements, with_lengths
+from queuekit.pipelines.varlen import (
+    element_shapes,
+    never_empty,
+    shuffled_elements,
+    with_lengths,
+)
 
 _v1 = tf.compat.v1
 # Default queue memory: elements of the batch queue, in bytes of uint8 images.
@@ -312,6 +317,8 @@ def file_batches(files, read, opts: Batching, *, read_many: int | str, name: str
                              f"{sorted(variable)} (give read_many an int)")
         if variable and not many:
             readers = [with_lengths(r, variable) for r in readers]
+        elif variable:
+            readers = [never_empty(r, variable) for r in readers]
         capacity = capacity_for(opts.capacity, opts.batch_size, element_bytes,
                                 read_count(read_many or 0, opts.batch_size))
         min_after = None

@@ -56,6 +56,27 @@ def with_lengths(tensors: dict, variable: list[str]) -> dict:
     return out
 
 
+def never_empty(tensors: dict, variable: list[str]) -> dict:
+    """A read of many records whose variable outputs are padded to at least 1 along each
+    unknown dimension (zeros, as the batch pads them).
+
+    A ``PaddingFIFOQueue.enqueue_many`` of an empty tensor (4 SequenceExamples whose
+    sequences are all empty: shape [4, 0]) kills the process in TensorFlow (SIGSEGV in a
+    pool thread; #44): so an all-empty read gets one column of padding, which the batch's
+    padding would give it beside any longer element anyway.
+    """
+    out = dict(tensors)
+    for key in variable:
+        value = tensors[key]
+        dims = value.shape.as_list()
+        paddings = [[0, 0] if d is not None or i == 0 else
+                    [0, tf.maximum(1 - tf.shape(value)[i], 0)] for i, d in enumerate(dims)]
+        padded = tf.pad(value, paddings)
+        padded.set_shape(value.shape)
+        out[key] = padded
+    return out
+
+
 def shuffled_elements(readers: list[dict], variable: list[str], *, capacity: int,
                       min_after_dequeue: int, seed, many: bool) -> dict:
     """One element at a time from a RandomShuffleQueue that the readers fill, variable
