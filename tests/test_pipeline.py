@@ -653,3 +653,36 @@ def test_a_read_of_sequence_examples_all_empty_does_not_kill_the_process(tmp_pat
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split("\n")[:2] == ["[0, 1, 2, 3] 0", "[4, 5, 6, 7] 154"]
+
+
+@pytest.mark.parametrize("alter,why", [
+    ("float", "'label' holds float values, the parse expects int64"),
+    ("missing", "no feature 'label'"),
+    ("two", "'label' holds 2 values, the parse expects 1"),
+])
+def test_a_record_whose_label_does_not_fit_the_parse_is_named(tmp_path, alter, why):
+    """Record 5 with a float label, no label, or two: the error names the file, the record
+    and its offset and what is wrong (TensorFlow's InvalidArgumentError names the feature
+    only)."""
+    path = write_image_records(tmp_path / "a.tfrecords", range(12))
+    records = list(tf.compat.v1.io.tf_record_iterator(path))
+    example = tf.train.Example.FromString(records[5])
+    label = example.features.feature["label"]
+    if alter == "float":
+        label.Clear()
+        label.float_list.value.append(1.5)
+    elif alter == "missing":
+        del example.features.feature["label"]
+    else:
+        label.int64_list.value.append(3)
+    records[5] = example.SerializeToString()
+    with tf.io.TFRecordWriter(path) as w:
+        for record in records:
+            w.write(record)
+    offset = sum(len(r) + 16 for r in records[:5])
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+        with qk.QueueSession() as qs:
+            for _ in qs.iterate(qk.tfrecord_batches(path, batch_size=4, num_epochs=1)):
+                pass
+    notes = "".join(getattr(info.value, "__notes__", []))
+    assert f"{path}: record 5 at byte offset {offset} ({why})" in notes, notes

@@ -245,6 +245,70 @@ def _undecodable_record(files, deadline, decode: _Decoder) -> str | None:
     return None
 
 
+# TensorFlow's parse errors name the feature ("Key: label.  Data types don't match...",
+# "Feature: label (data type: int64) is required...", "Key: label.  Can't parse serialized
+# Example"), never the file or the record.
+_KEY = re.compile(r"(?:Key|Feature): (?P<key>[^\s.,()]+)")
+_KINDS = {"int64": "int64", "float32": "float", "string": "bytes"}  # dtype -> its list
+
+
+def _dense_spec(graph: tf.Graph, key: str) -> tuple[str, int | None] | None:
+    """(the list kind, the value count if fixed) a ``ParseExampleV2`` of ``graph`` expects
+    for dense feature ``key``."""
+    for op in graph.get_operations():
+        if op.type != "ParseExampleV2":
+            continue
+        keys = tf.get_static_value(op.inputs[3])
+        names = [] if keys is None else [k.decode() for k in keys.tolist()]
+        if key in names:
+            i = names.index(key)
+            dtype = tf.as_dtype(op.get_attr("Tdense")[i]).name
+            shape = tf.TensorShape(op.get_attr("dense_shapes")[i])
+            count = shape.num_elements() if shape.is_fully_defined() else None
+            return _KINDS.get(dtype, dtype), count
+    return None
+
+
+def feature_note(graph: tf.Graph, op: tf.Operation, error: tf.errors.OpError) -> str | None:
+    """A note naming the first record whose feature does not fit the parse (a label of
+    another type, missing, or with two values), within a time budget: TensorFlow's
+    message names the feature only."""
+    found = _KEY.search(error.message or "")
+    spec = None if found is None else _dense_spec(graph, found.group("key"))
+    if spec is None:
+        return None
+    key, (want, count) = found.group("key"), spec
+
+    def wrong(features) -> str | None:
+        if key not in features:
+            return f"no feature {key!r}"
+        kind, values = features[key]
+        if kind != want and not (kind == "empty" and count == 0):
+            return f"{key!r} holds {kind} values, the parse expects {want}"
+        if count is not None and len(values) != count:
+            return f"{key!r} holds {len(values)} values, the parse expects {count}"
+        return None
+
+    try:
+        files = reader_files(graph, [op], whole_files=False)[:_MAX_FILES]
+    except Exception:  # noqa: BLE001 - a diagnosis must never hide the error itself
+        log.debug("could not list the reader files", exc_info=True)
+        return None
+    deadline = time.monotonic() + _DECODE_BUDGET_SECS
+    for path in files:
+        for item in scan_records(path):
+            if time.monotonic() > deadline or not isinstance(item, Record):
+                break
+            try:
+                why = wrong(parse_example(item.data))
+            except ValueError:
+                continue  # not an Example: not_example_note's to name
+            if why:
+                return (f"queuekit: the record that does not fit the parse is {path}: record "
+                        f"{item.index} at byte offset {item.offset} ({why})")
+    return None
+
+
 def not_example_note(graph: tf.Graph, op: tf.Operation) -> str | None:
     """A note naming the first record the readers upstream of ``op`` read that is not a
     ``tf.train.Example`` (TensorFlow's parse error names no file), within a time budget."""

@@ -19,7 +19,12 @@ import time
 import tensorflow as tf
 
 from queuekit.errors import BadRecordError, add_note
-from queuekit.session.diagnose import corrupt_file_note, image_file_note, not_example_note
+from queuekit.session.diagnose import (
+    corrupt_file_note,
+    feature_note,
+    image_file_note,
+    not_example_note,
+)
 from queuekit.session.queue_ops import GraphQueueOps
 from queuekit.session.reads import READER_OPS, ancestors, queues_read
 from queuekit.session.tuner import Gate
@@ -187,6 +192,7 @@ class RunnerSet:
                 note = corrupt_file_note(graph, enqueue_op, exc)
             elif isinstance(exc, tf.errors.InvalidArgumentError):
                 note = (image_file_note(graph, enqueue_op, exc)
+                        or feature_note(graph, enqueue_op, exc)
                         or not_example_note(graph, enqueue_op))
             elif isinstance(exc, UnicodeDecodeError):
                 # TensorFlow's message quoted the record's bytes and could not be decoded:
