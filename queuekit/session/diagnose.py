@@ -274,10 +274,11 @@ def feature_note(graph: tf.Graph, op: tf.Operation, error: tf.errors.OpError) ->
     another type, missing, or with two values), within a time budget: TensorFlow's
     message names the feature only."""
     found = _KEY.search(error.message or "")
-    spec = None if found is None else _dense_spec(graph, found.group("key"))
+    key = "" if found is None else found.group("key")
+    spec = _dense_spec(graph, key) if key else None
     if spec is None:
         return None
-    key, (want, count) = found.group("key"), spec
+    want, count = spec
 
     def wrong(features) -> str | None:
         if key not in features:
