@@ -472,6 +472,33 @@ def test_a_ps_with_no_server_behind_its_address_is_named_within_the_stall_bound(
             qs.run(weight)
 
 
+def test_a_ps_address_where_another_program_listens_is_named_within_the_stall_bound():
+    """TF_CONFIG's ps address is taken by a program that accepts connections and says
+    nothing (not a TensorFlow server): the first run fails within stall_timeout_secs with a
+    ClusterError naming the address (the worker hung for good: the start probe was TCP)."""
+    from queuekit.cluster.launch import free_ports
+
+    (worker_port,) = free_ports(1)
+    other = socket.socket()
+    other.bind(("localhost", 0))
+    other.listen(16)  # the kernel accepts; nobody reads or answers
+    ps_port = other.getsockname()[1]
+    try:
+        task = qk.ClusterTask({"ps": [f"localhost:{ps_port}"],
+                               "worker": [f"localhost:{worker_port}"]}, "worker", 0)
+        server = qk.start_server(task)
+        graph = tf.Graph()
+        with graph.as_default(), tf.device("/job:ps/task:0"):
+            weight = v1.get_variable("w", initializer=1.0)
+        with pytest.raises(qk.ClusterError, match=rf"/job:ps/task:0 \(localhost:{ps_port}: "
+                                                  r"takes connections but does not answer"):
+            with qk.QueueSession(graph, target=server.target, stall_timeout_secs=1,
+                                 config=task.session_config()) as qs:
+                qs.run(weight)
+    finally:
+        other.close()
+
+
 _PS_KILLED = """
 import json, sys, threading
 sys.path.insert(0, {root!r})

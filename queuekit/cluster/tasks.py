@@ -138,12 +138,13 @@ def local_task() -> ClusterTask | None:
 
 
 def unreachable_tasks(task: ClusterTask, *, timeout: float = 1.0,
-                      jobs: Sequence[str] | None = None) -> list[str]:
+                      jobs: Sequence[str] | None = None, grpc: bool = False) -> list[str]:
     """The other tasks of ``task``'s cluster whose port takes no connection: "device (why)".
 
     A task whose process died refuses at once; a dead host times out after
     ``timeout`` seconds. Only says who is gone, not who is merely slow.
-    ``jobs``: only the tasks of these jobs.
+    ``jobs``: only the tasks of these jobs; ``grpc``: a task whose port takes the
+    connection but does not answer as a gRPC server counts as gone too.
     """
     gone = []
     for job, addresses in sorted(task.cluster.items()):
@@ -154,16 +155,43 @@ def unreachable_tasks(task: ClusterTask, *, timeout: float = 1.0,
                 continue
             host, _, port = address.rpartition(":")
             try:
-                with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-                    pass
+                with socket.create_connection((host.strip("[]"), int(port)),
+                                              timeout=timeout) as conn:
+                    if grpc and not _speaks_http2(conn):
+                        gone.append(f"/job:{job}/task:{i} ({address}: takes connections but "
+                                    f"does not answer as a TensorFlow server: another program "
+                                    f"listens there?)")
             except (OSError, ValueError) as e:
                 why = getattr(e, "strerror", None) or str(e) or type(e).__name__
                 gone.append(f"/job:{job}/task:{i} ({address}: {why})")
     return gone
 
 
+# HTTP/2's client preface and an empty SETTINGS frame: a gRPC server (a TensorFlow server is
+# one) answers with a SETTINGS frame of its own.
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_SETTINGS = 4
+
+
+def _speaks_http2(conn: socket.socket) -> bool:
+    """Whether the peer answers HTTP/2's preface with a SETTINGS frame (within the socket's
+    timeout): a port where another program listens takes the connection and hung the
+    worker's session for good (#44)."""
+    try:
+        conn.sendall(_HTTP2_PREFACE)
+        head = b""
+        while len(head) < 9:
+            part = conn.recv(9 - len(head))
+            if not part:
+                return False
+            head += part
+    except OSError:
+        return False
+    return head[3] == _SETTINGS
+
+
 def wait_for_parameter_servers(task: ClusterTask, seconds: float) -> None:
-    """Return once every ps task of ``task``'s cluster takes a connection.
+    """Return once every ps task of ``task``'s cluster answers as a TensorFlow (gRPC) server.
 
     A session whose ps is not there blocks its first run for ever (TF waits
     for the cluster), whatever the stall timeout: the start-up is bounded here.
@@ -173,12 +201,13 @@ def wait_for_parameter_servers(task: ClusterTask, seconds: float) -> None:
     """
     deadline = time.monotonic() + seconds
     while True:
-        gone = unreachable_tasks(task, jobs=(PS_JOB,), timeout=min(1.0, max(0.1, seconds)))
+        gone = unreachable_tasks(task, jobs=(PS_JOB,), timeout=min(1.0, max(0.1, seconds)),
+                                 grpc=True)
         if not gone:
             return
         if time.monotonic() >= deadline:
             raise ClusterError(
-                f"{task.device}: no server takes connections at {', '.join(gone)} after "
+                f"{task.device}: no TensorFlow server answers at {', '.join(gone)} after "
                 f"{seconds:g} s: is the ps process running, and is its address in the "
                 f"cluster (TF_CONFIG) right?")
         time.sleep(0.25)  # polling a port that is not open yet
