@@ -217,6 +217,33 @@ def test_evaluate_once_reads_every_record_once_and_writes_at_the_checkpoints_ste
     assert [e.step for e in events] == [7]
 
 
+def test_evaluate_once_to_the_end_over_a_parse_fn_with_an_image_summary(tmp_path):
+    """A builder whose parse_fn makes an image summary (Slim's and Inception's preprocessing
+    do): evaluate_once(num_evals=None) counts every record and ends cleanly (its final
+    merge_all() read the exhausted input: OutOfRangeError after the metrics)."""
+    files = [write_id_records(tmp_path / "ids.tfrecords", 23)]
+    train_dir, eval_dir = str(tmp_path / "train"), str(tmp_path / "eval")
+    with tf.Graph().as_default():
+        train_op, _ = _train_op(id_reader_batch(files, batch_size=2, num_epochs=None))
+        qslim.train(train_op, train_dir, number_of_steps=3)
+
+    def parse(serialized):
+        ids = tf.io.parse_single_example(serialized, {"id": tf.io.FixedLenFeature([], tf.int64)})
+        v1.summary.image("preprocessed", tf.zeros([1, 2, 2, 1]) + tf.cast(ids["id"], tf.float32))
+        return ids
+
+    with tf.Graph().as_default():
+        v1.train.get_or_create_global_step()
+        ids = qk.tfrecord_batches(files, batch_size=5, num_epochs=1, parse_fn=parse,
+                                  allow_smaller_final_batch=True)["id"]
+        count, update = v1.metrics.true_positives(tf.ones_like(ids, tf.bool),
+                                                  tf.ones_like(ids, tf.bool))
+        v1.summary.scalar("eval/count", count)
+        got = qslim.evaluate_once("", tf.train.latest_checkpoint(train_dir), eval_dir,
+                                  num_evals=None, eval_op=update, final_op=count)
+    assert got == 23
+
+
 def test_evaluation_loop_evaluates_each_new_checkpoint_until_its_timeout(tmp_path):
     """Each checkpoint once; without a newer one within `timeout` the loop returns the
     last result (timeout_fn asked first)."""
