@@ -18,7 +18,6 @@ import pytest
 
 from tests.helpers import default_signals, write_id_binaries, write_id_records
 
-pytestmark = pytest.mark.slow
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resume_job.py")
 N_FILES, PER_FILE = 4, 30
 
@@ -88,6 +87,7 @@ def run_with_breaks(tmp_path, cfg, breaks, seed=0, name="broken", restores=None)
 BASE = dict(batch=4, epochs=1, readers=1, shuffle=False, seed=7, save="saver", every=3)
 
 
+@pytest.mark.slow  # starts job processes
 def test_one_reader_in_order_resumes_at_the_next_record_with_the_same_sequence(tmp_path,
                                                                                files):
     """One reader, no shuffle, checkpoints by saver.save: with three breaks the history is the
@@ -100,6 +100,7 @@ def test_one_reader_in_order_resumes_at_the_next_record_with_the_same_sequence(t
     assert broken == unbroken
 
 
+@pytest.mark.slow  # starts job processes
 def test_ready_batches_resume_with_the_same_sequence(tmp_path, files):
     """prefetch=2 (batches made ready ahead, not consumed until a step takes them), one
     reader, checkpoints by hook, three breaks: the unbroken run's sequence exactly."""
@@ -111,6 +112,7 @@ def test_ready_batches_resume_with_the_same_sequence(tmp_path, files):
     assert broken == unbroken
 
 
+@pytest.mark.slow  # starts job processes
 @pytest.mark.parametrize("readers,read_many,save", [(4, None, "hook"), (2, 8, "saver")])
 def test_shuffled_parallel_two_epochs_every_record_once_per_epoch(tmp_path, files, readers,
                                                                  read_many, save):
@@ -125,6 +127,7 @@ def test_shuffled_parallel_two_epochs_every_record_once_per_epoch(tmp_path, file
         list(range(N_FILES * PER_FILE)) * 2)
 
 
+@pytest.mark.slow  # starts job processes
 def test_whole_batches_two_epochs_every_record_once_per_epoch(tmp_path, files):
     """read_many="batch" (a read is a batch, queued whole), 2 readers of 2 threads,
     num_epochs=2, three breaks: every record exactly twice."""
@@ -135,6 +138,7 @@ def test_whole_batches_two_epochs_every_record_once_per_epoch(tmp_path, files):
         list(range(N_FILES * PER_FILE)) * 2)
 
 
+@pytest.mark.slow  # starts job processes
 def test_fixed_length_records_resume(tmp_path):
     """fixed_length_batches (keys number records, not bytes) resumes exactly too."""
     paths = write_id_binaries(tmp_path, 3, 40)
@@ -143,6 +147,7 @@ def test_fixed_length_records_resume(tmp_path):
     assert sorted(broken) == list(range(120))
 
 
+@pytest.mark.slow  # starts job processes
 def test_a_work_queue_resumes_from_the_chief_s_books_skipping_the_files_done(tmp_path):
     """A work queue's job (the chief's books; here on one machine) with two breaks: every
     record in the history at least once, and no file done at a restored checkpoint read again
@@ -173,6 +178,7 @@ def test_a_work_queue_resumes_from_the_chief_s_books_skipping_the_files_done(tmp
     assert states and skipped, "no restore skipped a file: the test saw nothing resume"
 
 
+@pytest.mark.slow  # starts job processes
 def test_a_crash_between_the_input_state_and_the_model_leaves_them_consistent(tmp_path,
                                                                               files):
     """The job dies right after writing checkpoint 6's input position, before its model
@@ -194,6 +200,7 @@ def test_a_crash_between_the_input_state_and_the_model_leaves_them_consistent(tm
     assert history == list(range(N_FILES * PER_FILE))
 
 
+@pytest.mark.slow  # starts job processes
 def test_sigterm_with_preemption_on_saves_the_step_exits_143_and_resumes_exactly(tmp_path,
                                                                                files):
     """SIGTERM mid-run (PreemptionCheckpointHook): the step in progress finishes, a checkpoint
@@ -218,6 +225,7 @@ def test_sigterm_with_preemption_on_saves_the_step_exits_143_and_resumes_exactly
     assert [i for run, step, *ids in lines for i in ids] == list(range(N_FILES * PER_FILE))
 
 
+@pytest.mark.slow  # starts job processes
 def test_a_changed_dataset_is_named_not_mixed(tmp_path, files):
     """A file that grew since the checkpoint: the restart fails naming it."""
     cfg = dict(BASE, files=files, ckdir=str(tmp_path / "ck"), log=str(tmp_path / "log"))
