@@ -67,7 +67,7 @@ def test_a_batch_made_ready_but_not_taken_is_not_consumed(tmp_path, id_files):
     prefix = str(tmp_path / "ck" / "model")
 
     def build():
-        v1.train.get_or_create_global_step()
+        v1.train.get_or_create_global_step().assign_add(1)  # a training graph: it resumes
         return qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1, num_readers=2,
                                    shuffle=True, seed=5, prefetch=2)
 

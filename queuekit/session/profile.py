@@ -14,7 +14,8 @@ read the records: nothing on a step of a few ops, half a second on a
 one run in 0.5 s was traced). So each traced run's cost is measured (its time
 less an untraced run's) and the next is chosen so that traced runs cost at
 most :data:`TRACE_BUDGET` of the loop's time, and never more often than
-:data:`SAMPLE_SECS`. The traced run is drawn by counting runs, not by the
+:data:`SAMPLE_SECS`; the first waits until the loop can pay for the most it
+may cost (:meth:`InputProfile._first_due`). The traced run is drawn by counting runs, not by the
 clock: a run chosen when a sample falls due would be the one after the
 longest wait (the inspection paradox), which is the instant one of a bursty
 input. ``QueueSession(input_report=False)`` counts and traces nothing.
@@ -44,6 +45,11 @@ _v1 = tf.compat.v1
 
 SAMPLE_SECS = 0.5  # one traced run at most this often, per session; 0: every run (tests)
 TRACE_BUDGET = 0.01  # the most of a loop's time that traced runs may cost beyond untraced ones
+# Before any run was traced, what the first may cost: about this many untraced runs where the
+# graph has a while loop (its op executions are unknown: a 300-step RNN's traced run cost 4x an
+# untraced one, a 3,000-step one 5x, a GRU's 20x), else this long per op of the graph.
+LOOP_TRACE_RUNS = 20
+OP_TRACE_SECS = 10e-6
 INPUT_BOUND = 0.5  # a step waiting this fraction of its time or more is input-bound
 PARTLY = 0.1  # ... at least this fraction: partly
 
@@ -168,9 +174,13 @@ class InputProfile:
         self._tuned: set[str] = set()
         self._ready: set[str] = set()
         self._runners_seen = -1
-        # Counted runs to the next traced one. The first few are not traced: they teach the
-        # averages what an untraced run costs, and a warm-up run would be measured instead.
-        self._countdown = 1 if SAMPLE_SECS <= 0 else 3
+        # Counted runs to the next traced one; before the first, the loop's time decides
+        # (:meth:`_first_due`), so that even the first traced run stays within the budget.
+        self._countdown = 1
+        self._traced_yet = SAMPLE_SECS <= 0
+        self._loop_started = 0.0
+        self._loops = False  # a counted run's graph had a while loop
+        self._step_ops = 0  # the most ops a counted run's graph had
         self._started = 0.0  # perf_counter() at the counted run's start (0: not counted)
         # Means since the start, never recent averages: a draw that followed the last few
         # runs would follow a bursty input's phase (drawn short after each long wait).
@@ -206,6 +216,8 @@ class InputProfile:
         if not counted:
             return options, run_metadata, False
         self._started = now
+        if not self._traced_yet and not self._first_due(now, reads):
+            return options, run_metadata, False
         self._countdown -= 1
         if self._countdown > 0:
             return options, run_metadata, False
@@ -225,9 +237,24 @@ class InputProfile:
             return
         self._read_trace(run_metadata)
         cost = max(0.0, time.perf_counter() - self._started - self._run_secs.value(0.0))
+        self._traced_yet = True
         self.traced_runs += 1
         self.trace_secs += cost
         self._countdown = self._runs_to_next(cost)
+
+    def _first_due(self, now: float, reads) -> bool:
+        """Whether the loop ran long enough that the first traced run, at the most it may
+        cost (:data:`LOOP_TRACE_RUNS`, :data:`OP_TRACE_SECS`), is within the budget of it.
+        Nothing is known of that cost before: a 3,000-step while-loop RNN's first traced
+        run took 29 s against 5 s untraced. ``reads``: the run's, with its graph's size."""
+        self._loop_started = self._loop_started or now
+        self._loops = self._loops or getattr(reads, "loops", False)
+        self._step_ops = max(self._step_ops, getattr(reads, "ops", 0))
+        if self._run_secs.n < 3:  # the first runs teach what an untraced run costs
+            return False
+        worst = (LOOP_TRACE_RUNS * self._run_secs.value(0.0) if self._loops
+                 else OP_TRACE_SECS * self._step_ops)
+        return (now - self._loop_started) * TRACE_BUDGET >= worst
 
     def _runs_to_next(self, cost: float) -> int:
         """Counted runs until the next traced one: on average enough of the loop's time that

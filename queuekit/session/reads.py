@@ -63,15 +63,31 @@ def _leaves(fetches):
         yield fetches
 
 
-def queues_read(ops) -> tuple[str, ...]:
+# Ops of a while loop: a run that has one executes its body an unknown number of times.
+LOOP_OPS = frozenset({"Enter", "RefEnter", "While", "StatelessWhile"})
+
+
+class Reads(tuple):
+    """The names of the queues a run's fetches read (a tuple), and what else the input
+    profile wants of the run's graph: how many ops it has, and whether one is a loop."""
+
+    ops: int = 0
+    loops: bool = False
+
+
+def queues_read(ops) -> Reads:
     """Names of the queues that ``ops`` dequeue from, or read file names from."""
     names = []
-    for op in ancestors(ops):
+    found = ancestors(ops)
+    for op in found:
         if op.type in DEQUEUE_OPS:
             names.append(queue_op(op.inputs[0]).name)
         elif op.type in READER_OPS:
             names.append(queue_op(op.inputs[1]).name)
-    return tuple(sorted(set(names)))
+    reads = Reads(sorted(set(names)))
+    reads.ops = len(found)
+    reads.loops = any(op.type in LOOP_OPS for op in found)
+    return reads
 
 
 class ReadsCache:
@@ -81,7 +97,7 @@ class ReadsCache:
         self._graph = graph
         self._cache: collections.OrderedDict = collections.OrderedDict()
 
-    def __call__(self, fetches) -> tuple[str, ...]:
+    def __call__(self, fetches) -> Reads:
         ops = fetch_ops(self._graph, fetches)
         key = frozenset(op.name for op in ops)
         reads = self._cache.get(key)
