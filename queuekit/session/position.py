@@ -29,6 +29,7 @@ that differs.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -71,13 +72,15 @@ class Tally:
         self.files = list(position.files)
         self._file_index = {os.fsencode(f): i for i, f in enumerate(self.files)}
         self.sizes = [os.path.getsize(f) for f in self.files]
-        # What each file is, wherever it is: a checkpoint's files are found by it.
-        self.prints = [fingerprint(f, size) for f, size in zip(self.files, self.sizes,
-                                                                  strict=True)]
         self._places = [_record_places(f, position) for f in self.files]
         self.counts = [np.zeros(len(p), np.int64) for p in self._places]
         self.skips = 0  # records a restore left to skip
         self._lock = threading.Lock()
+
+    @functools.cached_property
+    def prints(self) -> list[str]:
+        """Each file's content identity (32 KiB read each, at the first save or restore)."""
+        return [fingerprint(f, size) for f, size in zip(self.files, self.sizes, strict=True)]
 
     def drain(self, sess) -> None:
         """Count what the runs consumed since the last drain (the graph's queue, emptied)."""
