@@ -14,8 +14,9 @@ same number of steps:
 - ``monitored``: ``qk.monitored_training_session()``;
 - ``slim``: ``qk.slim.train(..., number_of_steps=N)`` (no checkpoint, no summaries).
 
-Each measurement runs in its own process, the cases in an order drawn per round; the
-steps after ``--warmup`` are timed. Prints each round's steps/s per case and the median
+Each measurement runs in its own process (``--one-process``: all in this one, for less
+spread), the cases in an order drawn per round; the steps after ``--warmup`` are timed.
+Prints each round's steps/s per case and the median
 of each case's per-round ratio to ``plain``. ``--one CASE`` runs one in this process.
 """
 
@@ -123,6 +124,9 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--time-steps", type=int, default=300)
     parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--one-process", action="store_true",
+                        help="every measurement in this process (TensorFlow's thread pools "
+                             "made once): less spread between rounds")
     parser.add_argument("--one", choices=CASES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
@@ -136,6 +140,9 @@ def main(argv=None) -> int:
     for r in range(args.rounds):
         order = random.sample(cases, len(cases))
         for case in order:
+            if args.one_process:
+                rates[case].append(one(case, args.steps, args.warmup, args.time_steps))
+                continue
             done = subprocess.run(
                 [sys.executable, __file__, "--one", case, "--steps", str(args.steps),
                  "--warmup", str(args.warmup), "--time-steps", str(args.time_steps)],
