@@ -414,16 +414,22 @@ def test_records_that_are_not_examples_in_a_later_file_are_named(tmp_path):
     assert "not a tf.train.Example" in str(info.value)
 
 
-def test_a_corrupt_image_read_by_a_whole_file_reader_is_named(tmp_path):
-    """A hand-built WholeFileReader -> decode_jpeg pipeline over a corrupt JPEG: the error
-    names the image file (the note looked for it inside TFRecords)."""
+def _jpegs_the_second_corrupt(folder) -> list[str]:
+    """Three 16x16 JPEG files; the second's data past its first 20 bytes zeroed."""
     paths = []
     for i in range(3):
-        path = tmp_path / f"{i}.jpg"
+        path = folder / f"{i}.jpg"
         Image.fromarray(rgb(16, 16, seed=i)).save(path)
         paths.append(str(path))
     data = open(paths[1], "rb").read()
     open(paths[1], "wb").write(data[:20] + b"\0" * (len(data) - 20))
+    return paths
+
+
+def test_a_corrupt_image_read_by_a_whole_file_reader_is_named(tmp_path):
+    """A hand-built WholeFileReader -> decode_jpeg pipeline over a corrupt JPEG: the error
+    names the image file (the note looked for it inside TFRecords)."""
+    paths = _jpegs_the_second_corrupt(tmp_path)
     with pytest.raises(tf.errors.InvalidArgumentError) as info:
         with qk.QueueSession() as qs:
             fq = v1.train.string_input_producer(paths, num_epochs=1, shuffle=False)
@@ -444,13 +450,7 @@ def test_a_corrupt_image_is_named_in_a_program_that_turned_eager_off(tmp_path):
     import subprocess
     import sys
 
-    paths = []
-    for i in range(3):
-        path = tmp_path / f"{i}.jpg"
-        Image.fromarray(rgb(16, 16, seed=i)).save(path)
-        paths.append(str(path))
-    data = open(paths[1], "rb").read()
-    open(paths[1], "wb").write(data[:20] + b"\0" * (len(data) - 20))
+    paths = _jpegs_the_second_corrupt(tmp_path)
     script = (
         "import sys, tensorflow as tf, queuekit as qk\n"
         "v1 = tf.compat.v1\n"

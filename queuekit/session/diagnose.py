@@ -290,6 +290,23 @@ def feature_note(graph: tf.Graph, op: tf.Operation, error: tf.errors.OpError) ->
             return f"{key!r} holds {len(values)} values, the parse expects {count}"
         return None
 
+    def misfit(data: bytes) -> str | None:
+        try:
+            return wrong(parse_example(data))
+        except ValueError:
+            return None  # not an Example: not_example_note's to name
+
+    found_record = _first_record(graph, op, misfit)
+    if found_record is None:
+        return None
+    path, item, why = found_record
+    return (f"queuekit: the record that does not fit the parse is {path}: record "
+            f"{item.index} at byte offset {item.offset} ({why})")
+
+
+def _first_record(graph: tf.Graph, op: tf.Operation, problem):
+    """``(file, record, what)`` of the first record the readers upstream of ``op`` read for
+    which ``problem(data)`` says what is wrong, within the search's time budget; else None."""
     try:
         files = reader_files(graph, [op], whole_files=False)[:_MAX_FILES]
     except Exception:  # noqa: BLE001 - a diagnosis must never hide the error itself
@@ -300,35 +317,28 @@ def feature_note(graph: tf.Graph, op: tf.Operation, error: tf.errors.OpError) ->
         for item in scan_records(path):
             if time.monotonic() > deadline or not isinstance(item, Record):
                 break
-            try:
-                why = wrong(parse_example(item.data))
-            except ValueError:
-                continue  # not an Example: not_example_note's to name
-            if why:
-                return (f"queuekit: the record that does not fit the parse is {path}: record "
-                        f"{item.index} at byte offset {item.offset} ({why})")
+            what = problem(item.data)
+            if what:
+                return path, item, what
     return None
 
 
 def not_example_note(graph: tf.Graph, op: tf.Operation) -> str | None:
     """A note naming the first record the readers upstream of ``op`` read that is not a
     ``tf.train.Example`` (TensorFlow's parse error names no file), within a time budget."""
-    try:
-        files = reader_files(graph, [op], whole_files=False)[:_MAX_FILES]
-    except Exception:  # noqa: BLE001 - a diagnosis must never hide the error itself
-        log.debug("could not list the reader files", exc_info=True)
+    def not_example(data: bytes) -> str | None:
+        try:
+            parse_example(data)
+        except ValueError:
+            return "not an Example"
         return None
-    deadline = time.monotonic() + _DECODE_BUDGET_SECS
-    for path in files:
-        for item in scan_records(path):
-            if time.monotonic() > deadline or not isinstance(item, Record):
-                break
-            try:
-                parse_example(item.data)
-            except ValueError:
-                return (f"queuekit: the record that is not a tf.train.Example is {path}: "
-                        f"record {item.index} at byte offset {item.offset}")
-    return None
+
+    found = _first_record(graph, op, not_example)
+    if found is None:
+        return None
+    path, item, _ = found
+    return (f"queuekit: the record that is not a tf.train.Example is {path}: "
+            f"record {item.index} at byte offset {item.offset}")
 
 
 def empty_files(graph: tf.Graph, ops) -> list[str]:
