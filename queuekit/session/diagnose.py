@@ -296,17 +296,15 @@ def feature_note(graph: tf.Graph, op: tf.Operation, error: tf.errors.OpError) ->
         except ValueError:
             return None  # not an Example: not_example_note's to name
 
-    found_record = _first_record(graph, op, misfit)
-    if found_record is None:
-        return None
-    path, item, why = found_record
-    return (f"queuekit: the record that does not fit the parse is {path}: record "
-            f"{item.index} at byte offset {item.offset} ({why})")
+    found = _first_record(graph, op, misfit)
+    return None if found is None else (
+        f"queuekit: the record that does not fit the parse is {found[0]} ({found[1]})")
 
 
 def _first_record(graph: tf.Graph, op: tf.Operation, problem):
-    """``(file, record, what)`` of the first record the readers upstream of ``op`` read for
-    which ``problem(data)`` says what is wrong, within the search's time budget; else None."""
+    """``("<file>: record <i> at byte offset <o>", what)`` of the first record the readers
+    upstream of ``op`` read for which ``problem(data)`` says what is wrong, within the
+    search's time budget; else None."""
     try:
         files = reader_files(graph, [op], whole_files=False)[:_MAX_FILES]
     except Exception:  # noqa: BLE001 - a diagnosis must never hide the error itself
@@ -319,7 +317,7 @@ def _first_record(graph: tf.Graph, op: tf.Operation, problem):
                 break
             what = problem(item.data)
             if what:
-                return path, item, what
+                return f"{path}: record {item.index} at byte offset {item.offset}", what
     return None
 
 
@@ -334,11 +332,8 @@ def not_example_note(graph: tf.Graph, op: tf.Operation) -> str | None:
         return None
 
     found = _first_record(graph, op, not_example)
-    if found is None:
-        return None
-    path, item, _ = found
-    return (f"queuekit: the record that is not a tf.train.Example is {path}: "
-            f"record {item.index} at byte offset {item.offset}")
+    return None if found is None else (
+        f"queuekit: the record that is not a tf.train.Example is {found[0]}")
 
 
 def empty_files(graph: tf.Graph, ops) -> list[str]:
