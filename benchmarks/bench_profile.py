@@ -35,7 +35,7 @@ import queuekit as qk
 from queuekit.session import profile
 cfg = json.loads(sys.argv[2])
 spent, runs = [0.0], 0
-before, after = profile.InputProfile.before, profile.InputProfile.after
+before, after = profile.InputProfile.before_step, profile.InputProfile.after_step
 
 def timed_before(self, *a):
     t = time.perf_counter()
@@ -48,7 +48,7 @@ def timed_after(self, *a):
     after(self, *a)
     spent[0] += time.perf_counter() - t
 
-profile.InputProfile.before, profile.InputProfile.after = timed_before, timed_after
+profile.InputProfile.before_step, profile.InputProfile.after_step = timed_before, timed_after
 with qk.QueueSession() as qs:
     b = qk.tfrecord_batches(cfg["files"], batch_size=32, num_readers=2)
     step = tf.reduce_sum(tf.cast(b["label"], tf.float32)) + tf.reduce_sum(b["image"][:, 0, 0])

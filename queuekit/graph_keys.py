@@ -42,9 +42,13 @@ class GraphKeys:
     # Objects: one pipelines.position.InputPosition per resumable builder; the session tracks
     # what the steps consumed and resumes there from a checkpoint.
     INPUT_POSITIONS = "queuekit_input_positions"
+    # Objects: the features a session of this graph runs (``install``): "module:name" of each
+    # one's factory, loaded when the session starts.
+    FEATURES = "queuekit_features"
 
 
 def graph_objects(graph, key: str) -> list:
     """The list of ``key``'s objects of ``graph`` (made empty on first use), alive as long
     as the graph is."""
     return _OBJECTS.setdefault(graph, {}).setdefault(key, [])
+

@@ -6,9 +6,11 @@ import pathlib
 import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "queuekit"
-# Lower layers never import higher ones: tools -> session/pipelines -> cluster -> records
+# Lower layers never import higher ones: tools -> session/pipelines -> cluster -> records,
+# features (the plug-in point) -> graph_keys
 # -> errors (cluster's threads count records; records knows nothing of a cluster).
-LAYERS = {"errors": 0, "version": 0, "graph_keys": 0, "lazy": 0, "records": 1, "cluster": 2,
+LAYERS = {"errors": 0, "version": 0, "graph_keys": 0, "lazy": 0, "features": 1, "records": 1,
+          "cluster": 2,
           "pipelines": 3, "session": 3, "bench": 4, "bench_command": 4, "demo": 4, "cli": 4,
           "program": 4, "arguments": 4, "slim": 4, "__init__": 5, "__main__": 5}
 # A module read in one sitting. Not a target: a cap near the typical size cut modules into
@@ -83,14 +85,34 @@ def test_no_private_names_across_modules_and_small_modules(module, path):
     assert lines <= MAX_LINES, f"{module} has {lines} lines"
 
 
-def test_the_local_step_path_holds_no_cluster_code():
-    """A step (run -> policy -> hooks) imports nothing of the work queue: its acks are a hook
-    that only a graph with a work queue gets, from the session's threads."""
-    step_path = ["queuekit.session.queue_session", "queuekit.session.policy",
-                 "queuekit.session.reads"]
-    work = {"queuekit.cluster.work", "queuekit.cluster.work_threads", "queuekit.cluster.books",
-            "queuekit.cluster.inputs"}
-    for module in step_path:
-        assert not work & set(GRAPH[module]), f"{module} imports {work & set(GRAPH[module])}"
+# The core of a session (queuekit.features): what every session runs. The features it runs
+# are loaded by name, only for a graph that asks for them.
+CORE = ["queuekit.session.queue_session", "queuekit.session.threads", "queuekit.session.policy",
+        "queuekit.session.reads", "queuekit.session.runners", "queuekit.session.start",
+        "queuekit.session.stall", "queuekit.session.interrupt", "queuekit.session.queue_ops"]
+FEATURES = ["queuekit.session.checks", "queuekit.session.profile", "queuekit.session.position",
+            "queuekit.session.position_file", "queuekit.session.tuner",
+            "queuekit.session.work_queues"]
+
+
+def _module_level_imports(module: str) -> set[str]:
+    path = PACKAGE.joinpath(*module.split(".")[1:]).with_suffix(".py")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {node.module for node in tree.body
+            if isinstance(node, ast.ImportFrom) and node.module
+            and node.module.startswith("queuekit")}
+
+
+@pytest.mark.parametrize("module", CORE)
+def test_the_core_imports_no_feature_and_nothing_of_the_cluster(module):
+    """The session's core imports none of its features and, at load, nothing of the cluster
+    (a remote target's task is looked up where one is given)."""
+    imported = _module_level_imports(module)
+    assert not imported & set(FEATURES), f"{module} imports {imported & set(FEATURES)}"
+    assert not [m for m in imported if m.startswith("queuekit.cluster")], module
+
+
+def test_the_work_queue_s_threads_are_the_work_queue_feature_s_alone():
+    """Only the work queue's feature imports its threads."""
     users = sorted(m for m in GRAPH if "queuekit.cluster.work_threads" in GRAPH[m])
-    assert users == ["queuekit.session.threads"]
+    assert users == ["queuekit.session.work_queues"]

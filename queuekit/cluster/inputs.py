@@ -17,6 +17,7 @@ import tensorflow as tf
 from queuekit.cluster.tasks import local_task
 from queuekit.cluster.work import ON_LOST, WorkQueue
 from queuekit.errors import DatasetError
+from queuekit.features import install
 from queuekit.graph_keys import GraphKeys, graph_objects
 
 _v1 = tf.compat.v1
@@ -196,5 +197,9 @@ def work_queue_inputs(spec: WorkQueueInput, files, n_readers: int, *, name: str,
                          local_path=local_path, local_closes=[q.close() for q in local],
                          local_sizes=[q.size() for q in local], **ops)
     # The session runs its threads from there.
-    graph_objects(_v1.get_default_graph(), GraphKeys.WORK_QUEUES).append(work)
+    graph = _v1.get_default_graph()
+    graph_objects(graph, GraphKeys.WORK_QUEUES).append(work)
+    # Its threads; and the chief's books go into the checkpoints with the input position.
+    install(graph, "queuekit.session.work_queues:WorkQueues")
+    install(graph, "queuekit.session.position:for_session")
     return local, work

@@ -214,3 +214,4 @@ class ConsumedFiles(tf.compat.v1.train.SessionRunHook):
     def after_run(self, run_context, run_values):
         if run_values.results is not None:
             self._threads.consumed(run_values.results)
+

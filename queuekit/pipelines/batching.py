@@ -26,6 +26,7 @@ from queuekit.cluster.inputs import (
 )
 from queuekit.cluster.work import FILE_KEY
 from queuekit.errors import UnknownBatchSize
+from queuekit.features import install
 from queuekit.graph_keys import GraphKeys
 from queuekit.pipelines.graph_care import report_for_finalize, summaries_kept_out
 from queuekit.pipelines.position import POSITION_KEY, epoch_files, reads, take_consumed
@@ -166,6 +167,7 @@ def mark_tuned() -> None:
     """Name the batch queue just built (the last runner added) for the session's tuner."""
     runner = tf.compat.v1.get_collection(_v1.GraphKeys.QUEUE_RUNNERS)[-1]
     tf.compat.v1.add_to_collection(GraphKeys.AUTOTUNE, runner.queue.queue_ref.op.name)
+    install(_v1.get_default_graph(), "queuekit.session.tuner:Tuners")
 
 
 def mark_decoding() -> None:

@@ -43,6 +43,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from queuekit.features import install
 from queuekit.graph_keys import GraphKeys, graph_objects
 
 _v1 = tf.compat.v1
@@ -140,7 +141,9 @@ def epoch_files(files, num_epochs: int | None, shuffle: bool, seed: int | None, 
                 i if isinstance(i, bytes) else str(i).encode() for i in items),
             consumed_whole=whole, drop_files=consumed_files.insert(
                 whole, tf.ones_like(whole, dtype=tf.int64)))
-    graph_objects(_v1.get_default_graph(), GraphKeys.INPUT_POSITIONS).append(position)
+    graph = _v1.get_default_graph()
+    graph_objects(graph, GraphKeys.INPUT_POSITIONS).append(position)
+    install(graph, "queuekit.session.position:for_session")
     return queue, position
 
 

@@ -34,16 +34,17 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from queuekit.errors import DatasetError
+from queuekit.features import Feature
 from queuekit.graph_keys import GraphKeys, graph_objects
 from queuekit.records.files import atomic_write
 from queuekit.records.tfrecord import check_framing
+from queuekit.session.checks import warn_unresumable
 from queuekit.session.position_file import (
     SUFFIX,
     fingerprint,
@@ -55,13 +56,11 @@ from queuekit.session.position_file import (
     rle,
     unrle,
 )
-from queuekit.session.start import SessionInterface
+from queuekit.session.start import checkpoint_run, ops_above
 
 log = logging.getLogger(__name__)
 _DRAIN_RUNS = 1000  # runs between two drains of the graph's queue (its memory)
 FORMAT = 1
-_SAVE_OPS = ("SaveV2", "Save", "SaveSlices", "MergeV2Checkpoints")
-_RESTORE_OPS = ("RestoreV2", "Restore", "RestoreSlice")
 
 
 class Tally:
@@ -179,19 +178,23 @@ def _record_places(path: str, position) -> np.ndarray:
     return np.asarray(places, np.int64)
 
 
-class InputPositions:
-    """The tallies of a session's resumable pipelines, their hook, and their checkpoints."""
+class InputPositions(Feature):
+    """The session feature of the input position: the tallies of the resumable pipelines,
+    their checkpoints and resume (installed by the builders and by a work queue)."""
 
-    def __init__(self, graph: tf.Graph, sess):
+    name = "input_position"
+
+    def __init__(self, running):
+        super().__init__(running)
+        graph, sess = running.graph, running.sess
         self.tallies = [Tally(p) for p in graph_objects(graph, GraphKeys.INPUT_POSITIONS)]
         self._sess = sess
         if self.tallies:  # the graph counts what runs consume from now on
             sess.run([t.position.tally for t in self.tallies])
         # A work queue's position is the chief's books (queuekit.cluster.books): the files
-        # done. ``chief_work()`` gives their threads (set once the session's threads
-        # exist); ``work_resume``, what a restored checkpoint says each starts from.
+        # done, kept by the work queues' feature; ``work_resume``, what a restored checkpoint
+        # says each starts from.
         self.works = list(graph_objects(graph, GraphKeys.WORK_QUEUES))
-        self.chief_work: Callable[[], list] = list
         self.work_resume: dict[str, tuple[int, list[str]]] = {}
         self._graph = graph
         self._kinds: dict[str, str] = {}
@@ -202,13 +205,22 @@ class InputPositions:
         self._runs = 0
         self._skipping = False  # a restore left reads to skip: runners start skipping
 
-    def enqueue_for(self, op, make_callable):
-        """What a runner thread runs for enqueue ``op``: the op, or while a restore left
+    def created(self, restored: str | None) -> None:
+        resume = self.running.options.get("resume_input")
+        if resume is not False and self.running.chief:
+            self.resume(restored, self._sess, always=resume is True)
+
+    def chief_work(self) -> list:
+        """The threads of every work queue this chief keeps the books of."""
+        work = self.running.feature("work_queues")
+        return work.chief_work() if work is not None else []
+
+    def enqueue_for(self, op, plain, make_callable):
+        """What a runner thread runs for enqueue ``op``: ``plain``, or while a restore left
         records to skip and ``op`` takes a resumable reader's records, the skipping read
         fed into ``op`` in place of the plain read, until nothing is left to skip.
 
         ``make_callable(fetches, feed_list=None)``: the session's, as the thread runs."""
-        plain = make_callable(op)
         found = _reader_of(op, self.tallies) if self._skipping else None
         if found is None:
             return plain
@@ -228,7 +240,7 @@ class InputPositions:
 
         return enqueue
 
-    def ran(self) -> None:
+    def after_step(self, run_metadata, state) -> None:
         """After each run: now and then, count what the runs consumed (bounds the tables)."""
         self._runs += 1
         if self._runs >= _DRAIN_RUNS and self.tallies:
@@ -253,6 +265,9 @@ class InputPositions:
         self._written[prefix] = identity(prefix + SUFFIX, data)
         self._saved = True
 
+    def closing(self) -> None:
+        self.tidy()
+
     def tidy(self) -> None:
         """Remove the positions this session wrote whose checkpoint is gone (the ``Saver``'s
         ``max_to_keep`` removes model files after the save; a failed save leaves none): at
@@ -267,7 +282,7 @@ class InputPositions:
             del self._written[prefix]
             remove_if_written(prefix + SUFFIX, written)
 
-    def checkpoint(self, fetches, feed_dict) -> None:
+    def observe(self, fetches, feed_dict) -> None:
         """Before a run: a ``Saver``'s save gets the input position beside it; a restore
         while the input runs cannot rewind it, and says so."""
         if self._saved:
@@ -352,24 +367,11 @@ def _reader_of(op, tallies):
     for t in tallies:
         for plain, skipping in t.position.reads:
             reads[plain[0].ref()] = reads[plain[1].ref()] = (t.position, plain, skipping)
-    for above in _ops_above(op):
+    for above in ops_above(op):
         for tensor in above.inputs:
             if tensor.ref() in reads:
                 return reads[tensor.ref()]
     return None
-
-
-def _ops_above(op, limit: int = 10_000):
-    """``op`` and the ops its inputs and control inputs come from, each once, up to
-    ``limit`` of them (a graph walk that must end quickly)."""
-    todo, seen = [op], set[str]()
-    while todo and len(seen) < limit:
-        op = todo.pop()
-        if op.name in seen:
-            continue
-        seen.add(op.name)
-        yield op
-        todo += [t.op for t in op.inputs] + list(op.control_inputs)
 
 
 def _work_files(work) -> list[list]:
@@ -429,72 +431,11 @@ def trains(graph: tf.Graph) -> bool:
     return False
 
 
-def warn_unresumable(graph: tf.Graph, ours: set[str], prefix: str) -> None:
-    """Say so when a restored job has input producers queuekit cannot resume (a hand-built
-    ``string_input_producer`` or ``slice_input_producer``)."""
-    theirs = sorted({qr.queue.queue_ref.op.name for qr in
-                     graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
-                     if "input_producer" in qr.queue.queue_ref.op.name} - ours)
-    if theirs:
-        log.warning("restored %s: the input of %s (not built by queuekit's builders) "
-                    "starts over: records read before the checkpoint are read again in this "
-                    "epoch", prefix, ", ".join(theirs))
-
-
-def checkpoint_run(graph: tf.Graph, fetches, feed_dict,
-                   cache: dict[str, str]) -> tuple[str, str] | None:
-    """("save" | "restore", the checkpoint prefix) when ``fetches`` is a ``Saver``'s save or
-    restore: what ``Saver.save`` and ``Saver.restore`` run (a name, and the path fed)."""
-    if not isinstance(fetches, str) or not feed_dict or len(feed_dict) != 1:
-        return None
-    kind = cache.get(fetches)
-    if kind is None:
-        kind = cache[fetches] = _checkpoint_kind(graph, fetches)
-    if not kind:
-        return None
-    (value,) = feed_dict.values()
-    value = value.decode() if isinstance(value, bytes) else str(value)
-    return kind, value
-
-
-def _checkpoint_kind(graph: tf.Graph, name: str) -> str:
-    try:
-        element = graph.as_graph_element(name)
-    except (KeyError, ValueError, TypeError):
-        return ""
-    for op in _ops_above(element.op if isinstance(element, tf.Tensor) else element):
-        if op.type in _SAVE_OPS:
-            return "save"
-        if op.type in _RESTORE_OPS:
-            return "restore"
-    return ""
-
-
-class NotingSession(SessionInterface):
-    """A raw session that writes the input position beside every checkpoint saved through
-    it: what hooks get (TF's ``CheckpointSaverHook`` saves through its run context)."""
-
-    def __init__(self, sess, positions: InputPositions):
-        self._sess = sess
-        self._positions = positions
-
-    @property
-    def graph(self):
-        return self._sess.graph
-
-    @property
-    def sess_str(self):
-        return self._sess.sess_str
-
-    def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
-        self._positions.checkpoint(fetches, feed_dict)
-        return self._sess.run(fetches, feed_dict, options, run_metadata)
-
-    def partial_run_setup(self, fetches, feeds=None):
-        return self._sess.partial_run_setup(fetches, feeds)
-
-    def partial_run(self, handle, fetches, feed_dict=None):
-        return self._sess.partial_run(handle, fetches, feed_dict)
-
-    def __getattr__(self, name):  # make_callable (SyncReplicasOptimizer's hook), list_devices...
-        return getattr(self._sess, name)
+def for_session(running) -> InputPositions | None:
+    """The input position's feature for a started session: where the graph has resumable
+    pipelines, or work queues whose books this chief keeps."""
+    graph = running.graph
+    if graph_objects(graph, GraphKeys.INPUT_POSITIONS) or (
+            running.chief and graph_objects(graph, GraphKeys.WORK_QUEUES)):
+        return InputPositions(running)
+    return None

@@ -37,6 +37,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
+from queuekit.features import Feature
 from queuekit.graph_keys import GraphKeys
 from queuekit.session.reads import DEQUEUE_OPS, queue_op, queues_read
 
@@ -158,14 +159,22 @@ class InputReport:
         return head + rates + advice
 
 
-class InputProfile:
+def for_session(running) -> InputProfile | None:
+    """The input report's feature of a started session, unless its ``input_report`` is off."""
+    if running.options.get("input_report") is False:
+        return None
+    return InputProfile(running)
+
+
+class InputProfile(Feature):
     """The counts of one session's runs, per queue its steps take from."""
 
-    def __init__(self, graph: tf.Graph, fill: Callable[[str], float | None], coord, *,
-                 enabled: bool = True):
-        self._graph = graph
-        self._fill = fill
-        self.enabled = enabled
+    name = "profile"
+
+    def __init__(self, running):
+        super().__init__(running)
+        self._graph = running.graph
+        self._fill: Callable[[str], float | None] = running.runners.fill
         self._counts: dict[str, _Counts] = {}
         self._last_start: dict[str, float] = {}
         # dequeue op -> (queue, records it takes; None: up to n, read from its output)
@@ -189,14 +198,12 @@ class InputProfile:
         self._random = random.Random(0)  # draws the next traced run; fixed: the same each run
         self.traced_runs = 0
         self.trace_secs = 0.0  # what traced runs cost beyond untraced ones, measured
-        _PROFILES[coord] = self
+        _PROFILES[running.coord] = self
 
-    def before(self, reads, options, run_metadata):
+    def before_step(self, reads, options, run_metadata):
         """Count a run about to start; ``(options, run_metadata, traced)`` for it: traced
-        when a sample is due (then :meth:`after` reads its step statistics)."""
+        when a sample is due (then :meth:`after_step` reads its step statistics)."""
         self._started = 0.0
-        if not self.enabled:
-            return options, run_metadata, False
         now = time.perf_counter()
         counted = False
         for queue in reads:
@@ -227,7 +234,7 @@ class InputProfile:
         traced.trace_level = max(traced.trace_level, _v1.RunOptions.SOFTWARE_TRACE)
         return traced, run_metadata if run_metadata is not None else _v1.RunMetadata(), True
 
-    def after(self, run_metadata, traced: bool) -> None:
+    def after_step(self, run_metadata, traced) -> None:
         """After every run: time it; read a traced run's step statistics (each dequeue's
         wait, the queue's fill) and draw when the next traced run comes."""
         if not self._started:
@@ -390,7 +397,8 @@ class InputReportHook(tf.compat.v1.train.SessionRunHook):
     def after_create_session(self, session, coord):
         self._profile = profile_of(coord)
         if self._profile is None:
-            log.warning("InputReportHook: not a queuekit session; it reports nothing")
+            log.warning("InputReportHook: no input report on this session (not a queuekit "
+                        "session, or one with input_report=False); it reports nothing")
         self._timer.update_last_triggered_step(0)
 
     def after_run(self, run_context, run_values):

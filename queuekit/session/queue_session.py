@@ -9,29 +9,30 @@ import time
 import warnings
 import weakref
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
-from queuekit.cluster.tasks import task_of, wait_for_parameter_servers
-from queuekit.errors import DatasetError, EndOfData
+from queuekit.errors import EndOfData
 from queuekit.graph_keys import GraphKeys, graph_objects
-from queuekit.records.files import check_files, check_sizes, resized, sizes
-from queuekit.session.diagnose import fixed_length_inputs, tfrecord_files
 from queuekit.session.policy import PartialRun, report_cut_input, run_with_hooks
-from queuekit.session.position import (
-    InputPositions,
-    NotingSession,
-    checkpoint_run,
-    warn_unresumable,
-)
-from queuekit.session.profile import InputReport
 from queuekit.session.queue_ops import queue_ops
 from queuekit.session.reads import ReadsCache
 from queuekit.session.runners import QueueStat
-from queuekit.session.start import Initializer, SessionInterface, program_graph, session_config
+from queuekit.session.start import (
+    Initializer,
+    SessionInterface,
+    checkpoint_run,
+    observed,
+    program_graph,
+    served_task,
+    session_config,
+)
 from queuekit.session.threads import SessionThreads
-from queuekit.session.tuner import Tuning
+
+if TYPE_CHECKING:
+    from queuekit.session.profile import InputReport
+    from queuekit.session.tuner import Tuning
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,9 @@ INTERRUPTED_GRACE_SECS = 2.0  # the most a shutdown after Ctrl-C waits for a thr
 # What request_stop(e) takes as the input's normal end, as the Coordinator's default does.
 CLEAN_STOP = (tf.errors.OutOfRangeError,)
 DEFAULT_STALL_TIMEOUT_SECS = 60.0
+# The features of every session (queuekit.features), before those its graph installs:
+# the input files checked at start and at the end, and the input report.
+DEFAULT_FEATURES = ("queuekit.session.checks:InputChecks", "queuekit.session.profile:for_session")
 
 _v1 = tf.compat.v1
 
@@ -128,7 +132,7 @@ class QueueSession(SessionInterface):
                  resume_input: bool | None = None, input_report: bool = True):
         self._graph = graph if graph is not None else program_graph()
         self._target = target
-        self._task = task_of(target)
+        self._task = served_task(target)
         if is_chief is None:
             is_chief = self._task is None or self._task.is_chief
         self._config = config
@@ -143,13 +147,10 @@ class QueueSession(SessionInterface):
         self._running: SessionThreads | None = None
         self._init = Initializer(self._graph, checkpoint_dir, chief=is_chief)
         self._checkpoint_dir = checkpoint_dir
-        self._resume_input = resume_input
-        self._input_report = input_report
-        # The input position of queuekit's builders (None: the graph has none).
-        self._positions: InputPositions | None = None
-        self._noting: NotingSession | None = None  # the session hooks get, with positions
+        # What the features read (queuekit.features); the session itself never does.
+        self._options = {"resume_input": resume_input, "input_report": input_report}
+        self._hook_session: Any = None  # what hooks get: the session, seen by the features
         self._reads = ReadsCache(self._graph)
-        self._input_sizes: dict[str, int] = {}  # at start: a file cut or grown under a reader
         self._graph_ctx: Any = None
         self._closed = False
         self._hook_stop = False  # a hook's run_context.request_stop()
@@ -226,11 +227,13 @@ class QueueSession(SessionInterface):
     def input_report(self) -> list[InputReport]:
         """Where the loop's time went since the session started, per pipeline (the queue its
         steps take batches from): ``str()`` of each is a one-line verdict."""
-        return self._running.profile.reports() if self._running else []
+        profile = self._running.feature("profile") if self._running else None
+        return profile.reports() if profile is not None else []
 
     def tuning(self) -> dict[str, Tuning]:
         """Per ``"auto"`` queue: active thread count, maximum and the tuner's decisions."""
-        return self._running.tuning() if self._running else {}
+        tuner = self._running.feature("tuner") if self._running else None
+        return tuner.tuning() if tuner is not None else {}
 
     def should_stop(self) -> bool:
         """True once the input ended, a stop was requested or a thread failed."""
@@ -272,19 +275,19 @@ class QueueSession(SessionInterface):
             PipelineStalled: the run was blocked too long (see the class docs).
             Exception: the first error of a runner thread, as it was raised there.
         """
-        if self._running is None and graph_objects(self._graph, GraphKeys.INPUT_POSITIONS):
+        if self._running is None:
             checkpoint = checkpoint_run(self._graph, fetches, feed_dict, {})
             if checkpoint is not None and checkpoint[0] == "restore":
-                # saver.restore(qs, path) before the first run: restore, resume the input
-                # at that checkpoint's position, and only then start the runners.
+                # saver.restore(qs, path) before the first run: restore, let the features
+                # resume from that checkpoint (the input position), then start the runners.
                 restored = []
                 self._ensure_started(restore=lambda sess: restored.append(sess.run(
                     fetches, feed_dict, options, run_metadata)), restored=checkpoint[1])
                 return restored[0]
         running = self._ensure_started()
         running.policy.raise_pending(None)
-        if self._positions is not None:
-            self._positions.checkpoint(fetches, feed_dict)  # a Saver's save: note the input
+        for feature in running.observers:  # a Saver's save: the input position beside it
+            feature.observe(fetches, feed_dict)
         hooks = self._hooks + running.hooks  # the program's, then those of queuekit's features
         if not hooks:
             return self._step(fetches, feed_dict, options, run_metadata)
@@ -295,24 +298,24 @@ class QueueSession(SessionInterface):
         return result
 
     def _step(self, fetches, feed_dict, options, run_metadata):
+        running = self._running
+        assert running is not None  # started by the caller
         reads = self._reads(fetches)
-        profile = self._running.profile  # type: ignore[union-attr]  # started by the caller
-        options, run_metadata, traced = profile.before(reads, options, run_metadata)
-        out = self._policy_run(fetches, feed_dict, options, run_metadata, reads)
-        profile.after(run_metadata, traced)
-        if self._positions is not None:
-            self._positions.ran()
-        return out
-
-    def _policy_run(self, fetches, feed_dict, options, run_metadata, reads):
-        assert self._running is not None  # started by the caller
+        states = []
+        for feature in running.steppers:
+            options, run_metadata, state = feature.before_step(reads, options, run_metadata)
+            states.append(state)
         try:
-            return self._running.policy.run(self._sess, fetches, feed_dict, options,
-                                            run_metadata, reads=reads)
+            out = running.policy.run(self._sess, fetches, feed_dict, options, run_metadata,
+                                     reads=reads)
         except EndOfData as end:
-            self._check_unchanged(end)
+            for feature in running.features:  # a file cut while it was read...
+                feature.end_of_data(end)
             report_cut_input(end, self.queue_stats())
             raise
+        for feature, state in zip(running.steppers, states, strict=True):
+            feature.after_step(run_metadata, state)
+        return out
 
     def partial_run_setup(self, fetches, feeds=None):  # on the session, without the policy
         return self.start().session.partial_run_setup(fetches, feeds)
@@ -349,19 +352,12 @@ class QueueSession(SessionInterface):
     def _collection(self) -> list:
         return self._graph.get_collection(_v1.GraphKeys.QUEUE_RUNNERS)
 
-    @property
-    def _hook_session(self) -> Any:
-        """The session hooks get (as MonitoredSession's: no policy, no hooks); with input
-        positions, one that writes them beside the checkpoints hooks save."""
-        return self._noting if self._noting is not None else self._sess
-
     def _ensure_started(self, restore=None, restored: str | None = None) -> SessionThreads:
         self._check_open()
         if self._running is not None:
             if self._running.has_new_runners():  # runners added after the first run
                 if self._initialize:
                     self._init.uninitialized(self._sess)
-                self._check_inputs()
                 self._running.start_new_runners()
             return self._running
         # The order of MonitoredSession: hooks' begin, (the creator finalizes the graph),
@@ -372,6 +368,7 @@ class QueueSession(SessionInterface):
             # queuekit's helper ops must exist before a creator finalizes the graph.
             queue_ops(self._graph).update(self._collection())
             if self._task is not None and self._stall_timeout is not None:
+                from queuekit.cluster.tasks import wait_for_parameter_servers
                 wait_for_parameter_servers(self._task, self._stall_timeout)
             if self._creator is not None:
                 self._sess = self._creator.create_session()
@@ -383,23 +380,13 @@ class QueueSession(SessionInterface):
                 restored = restored or tf.train.latest_checkpoint(self._checkpoint_dir)
             if restore is not None:
                 restore(sess)
-            self._check_inputs()
-            if graph_objects(self._graph, GraphKeys.INPUT_POSITIONS) or (
-                    self._init.chief and graph_objects(self._graph, GraphKeys.WORK_QUEUES)):
-                self._positions = InputPositions(self._graph, sess)
-                self._noting = NotingSession(sess, self._positions)
-                if self._resume_input is not False and self._init.chief:
-                    self._positions.resume(restored, sess, always=self._resume_input is True)
-            elif restored:
-                warn_unresumable(self._graph, set(), restored)
-        running = SessionThreads(
-            self._graph, sess, self._reads, self._stall_timeout, self._grace,
-            task=self._task.device if self._task else self._target, chief=self._init.chief,
-            resume_work=self._positions.work_resume if self._positions else None,
-            enqueue_for=self._positions.enqueue_for if self._positions else None,
-            input_report=self._input_report)
-        if self._positions is not None:
-            self._positions.chief_work = running.chief_work
+            running = SessionThreads(
+                self._graph, sess, self._reads, self._stall_timeout, self._grace,
+                task=self._task.device if self._task else self._target, chief=self._init.chief,
+                features=DEFAULT_FEATURES + tuple(graph_objects(self._graph, GraphKeys.FEATURES)),
+                options=self._options)
+            self._hook_session = observed(sess, running.observers)
+            running.created(restored)
         # Dropped without close(): warn as an unclosed file does, and stop the threads.
         self._finalizer = weakref.finalize(self, _abandoned, running, self._pid)
         self._finalizer.atexit = False  # at exit the daemon threads just end with the process
@@ -408,32 +395,6 @@ class QueueSession(SessionInterface):
         for hook in self._hooks:
             hook.after_create_session(self._hook_session, running.coord)
         return running
-
-    def _check_inputs(self) -> None:
-        """Walk the framing of every TFRecord file and check the size of every fixed-length
-        file the graph's readers read, and note their sizes.
-
-        TensorFlow's readers end a file quietly at a record cut short, so a cut
-        file would be a short epoch; and the check at start cannot see a file cut
-        or grown while the readers read it: :meth:`_check_unchanged` does, at the end.
-        """
-        files = tfrecord_files(self._graph)
-        check_files(files)
-        for paths, record_bytes, header_bytes, footer_bytes in fixed_length_inputs(self._graph):
-            check_sizes(paths, record_bytes, header_bytes, footer_bytes)
-            files += paths
-        self._input_sizes.update(sizes(f for f in files if f not in self._input_sizes))
-
-    def _check_unchanged(self, end: EndOfData) -> None:
-        """At the end of the input: raise if a file changed size while it was read."""
-        changed = resized(self._input_sizes)
-        if changed:
-            path, before, now = changed[0]
-            raise DatasetError(
-                f"{path} changed while the pipeline read it ({before} bytes at the start, "
-                + ("gone now" if now < 0 else f"{now} now")
-                + "): the epoch did not read it as it is; the input ended early or late"
-            ) from end
 
     # -- stopping ------------------------------------------------------------
     def _close(self, *, body_failed: bool, clean_end: bool, grace: float | None = None) -> None:
@@ -457,8 +418,8 @@ class QueueSession(SessionInterface):
             if clean_end and running.policy.pending_error() is None:
                 for hook in self._hooks:
                     hook.end(self._hook_session)
-            if self._positions is not None:
-                self._positions.tidy()
+            for feature in running.features:
+                feature.closing()
         finally:
             # One deadline for the whole stop, as Coordinator.join has. A remote session's
             # close is what cancels a step blocked on a ps (a relay's take): half is kept for it.

@@ -27,7 +27,6 @@ from queuekit.session.diagnose import (
 )
 from queuekit.session.queue_ops import GraphQueueOps
 from queuekit.session.reads import READER_OPS, ancestors, queues_read
-from queuekit.session.tuner import Gate
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +34,43 @@ log = logging.getLogger(__name__)
 _SMALL_OP_TIMEOUT_MS = 2000
 # A run made in the thread that asks for it, not handed op by op to the inter-op pool.
 _IN_CALLER_THREAD = tf.compat.v1.RunOptions(inter_op_thread_pool=-1)
+
+
+class Gate:
+    """Lets threads 0..active-1 of a runner enqueue; the others wait between enqueues."""
+
+    def __init__(self, total: int, active: int):
+        self.total = total
+        self._active = max(1, min(active, total))
+        self._open = False
+        self._cond = threading.Condition()
+
+    @property
+    def active(self) -> int:
+        return self.total if self._open else self._active
+
+    @property
+    def opened(self) -> bool:
+        return self._open
+
+    def wait(self, index: int) -> None:
+        """Return once thread ``index`` may run its next enqueue."""
+        if index < self._active or self._open:  # the common case, without the lock
+            return
+        with self._cond:
+            while index >= self._active and not self._open:
+                self._cond.wait()
+
+    def set_active(self, n: int) -> None:
+        with self._cond:
+            self._active = max(1, min(n, self.total))
+            self._cond.notify_all()
+
+    def open(self) -> None:
+        """Let every thread run from now on (end of input, or stop); idempotent."""
+        with self._cond:
+            self._open = True
+            self._cond.notify_all()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +141,7 @@ class RunnerSet:
         """Start one named daemon thread per enqueue op of each runner not started yet.
 
         The runners' helper ops must exist already (``GraphQueueOps.update``).
-        ``gates`` maps a queue to the :class:`~queuekit.session.tuner.Gate` its
+        ``gates`` maps a queue to the :class:`Gate` its
         runner's threads wait on between enqueues.
         """
         self.gates.update(gates or {})

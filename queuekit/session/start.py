@@ -7,10 +7,10 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 
 import tensorflow as tf
 
-from queuekit.cluster.tasks import task_of
 from queuekit.graph_keys import GraphKeys
 
 try:  # what Saver.save checks: TF's own base of Session, stable since TF 1.0
@@ -60,8 +60,19 @@ def session_config(graph: tf.Graph, target: str, config):
     """
     if config is None:
         config = default_config(graph, target)
-    task = task_of(target)
+    task = served_task(target)
     return config if task is None else task.session_config(config)
+
+
+def served_task(target):
+    """The cluster task behind ``target`` if this process serves it, else None. A local
+    session loads no cluster module: only a process that started a server has one."""
+    if isinstance(target, bytes):
+        target = target.decode()
+    if not target:
+        return None
+    from queuekit.cluster.tasks import task_of
+    return task_of(target)
 
 
 def program_graph() -> tf.Graph:
@@ -181,3 +192,84 @@ class Initializer:
         todo = [v.initializer for v in variables if v.op.name in names]
         if todo:
             sess.run(todo)
+
+
+_SAVE_OPS = ("SaveV2", "Save", "SaveSlices", "MergeV2Checkpoints")
+_RESTORE_OPS = ("RestoreV2", "Restore", "RestoreSlice")
+
+
+def checkpoint_run(graph: tf.Graph, fetches, feed_dict,
+                   cache: dict[str, str]) -> tuple[str, str] | None:
+    """("save" | "restore", the checkpoint prefix) when ``fetches`` is a ``Saver``'s save or
+    restore: what ``Saver.save`` and ``Saver.restore`` run (a name, and the path fed)."""
+    if not isinstance(fetches, str) or not feed_dict or len(feed_dict) != 1:
+        return None
+    kind = cache.get(fetches)
+    if kind is None:
+        kind = cache[fetches] = _checkpoint_kind(graph, fetches)
+    if not kind:
+        return None
+    (value,) = feed_dict.values()
+    value = value.decode() if isinstance(value, bytes) else str(value)
+    return kind, value
+
+
+def _checkpoint_kind(graph: tf.Graph, name: str) -> str:
+    try:
+        element = graph.as_graph_element(name)
+    except (KeyError, ValueError, TypeError):
+        return ""
+    for op in ops_above(element.op if isinstance(element, tf.Tensor) else element):
+        if op.type in _SAVE_OPS:
+            return "save"
+        if op.type in _RESTORE_OPS:
+            return "restore"
+    return ""
+
+
+def ops_above(op, limit: int = 10_000):
+    """``op`` and the ops its inputs and control inputs come from, each once, up to
+    ``limit`` of them (a graph walk that must end quickly)."""
+    todo, seen = [op], set[str]()
+    while todo and len(seen) < limit:
+        op = todo.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        yield op
+        todo += [t.op for t in op.inputs] + list(op.control_inputs)
+
+
+def observed(sess, observers: Sequence):
+    """``sess`` as the program's hooks get it: the raw session (no policy, no hooks, as
+    MonitoredSession gives them), each of its runs seen first by ``observers`` (TF's
+    ``CheckpointSaverHook`` saves through it: the input position is written beside)."""
+    return _Observed(sess, list(observers)) if observers else sess
+
+
+class _Observed(SessionInterface):
+    def __init__(self, sess, observers: list):
+        self._sess = sess
+        self._observers = observers
+
+    @property
+    def graph(self):
+        return self._sess.graph
+
+    @property
+    def sess_str(self):
+        return self._sess.sess_str
+
+    def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        for feature in self._observers:
+            feature.observe(fetches, feed_dict)
+        return self._sess.run(fetches, feed_dict, options, run_metadata)
+
+    def partial_run_setup(self, fetches, feeds=None):
+        return self._sess.partial_run_setup(fetches, feeds)
+
+    def partial_run(self, handle, fetches, feed_dict=None):
+        return self._sess.partial_run(handle, fetches, feed_dict)
+
+    def __getattr__(self, name):  # make_callable (SyncReplicasOptimizer's hook), list_devices...
+        return getattr(self._sess, name)

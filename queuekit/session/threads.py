@@ -2,8 +2,9 @@
 
 One :class:`SessionThreads` holds the Coordinator, the runner threads, the
 stall watchdog, the session's registration with the SIGINT router, the
-threads and hooks of the features the graph uses (tuners, work queues) and
-the :class:`RunPolicy` that raises what they find. Its
+session's features (:mod:`queuekit.features`: their threads are
+stopped with the runners) and the :class:`RunPolicy` that raises what they
+find. Its
 :meth:`~SessionThreads.stop` follows ``_CoordinatedSession.close``: request
 stop; make room in full queues so blocked runners finish their step (no
 cancellation noise); close every queue with ``cancel_pending_enqueues=True`` so
@@ -13,56 +14,74 @@ be closed, because closing it under a running step would block.
 
 from __future__ import annotations
 
-import os
 import time
+from collections.abc import Sequence
+from typing import Any
 
 import tensorflow as tf
 
-from queuekit.cluster.tasks import local_task, task_of, unreachable_tasks
-from queuekit.cluster.work_threads import WorkThreads
-from queuekit.graph_keys import GraphKeys, graph_objects
-from queuekit.session.diagnose import empty_files
+from queuekit.features import Feature, load, overrides
 from queuekit.session.interrupt import ROUTER, SessionSignals
 from queuekit.session.policy import RunPolicy, RunState
-from queuekit.session.profile import InputProfile
-from queuekit.session.queue_ops import queue_ops, records_per_enqueue, sync_tokens
-from queuekit.session.reads import ReadsCache, queue_op, queues_read
+from queuekit.session.queue_ops import queue_ops, sync_tokens
+from queuekit.session.reads import ReadsCache
 from queuekit.session.runners import RunnerSet
 from queuekit.session.stall import StallWatch
-from queuekit.session.tuner import Gate, Tuner, Tuning, first_count
 
 
 class SessionThreads:
-    """Coordinator, runner threads, watchdog and signal routing of one session."""
+    """Coordinator, runner threads, watchdog, signal routing and features of one session.
+
+    ``features``: the "module:name" of each feature's factory
+    (:mod:`queuekit.features`), made here once the session exists;
+    ``options``: the session's settings features read (``resume_input``...).
+    """
 
     def __init__(self, graph: tf.Graph, sess, reads: ReadsCache, stall_timeout: float | None,
                  grace: float, *, task: str = "", chief: bool = True,
-                 resume_work: dict[str, tuple[int, list[str]]] | None = None,
-                 enqueue_for=None, input_report: bool = True):
-        self._graph = graph
-        self._sess = sess
-        self._reads = reads
-        self._task = task or "local"
-        self._chief = chief
-        self._work: dict[int, WorkThreads] = {}  # id(WorkQueue) -> its threads
-        self._resume_work = resume_work or {}  # work queue name -> its checkpoint's books
+                 features: Sequence[str] = (), options: dict[str, Any] | None = None):
+        self.graph = graph
+        self.sess = sess
+        self.reads = reads
+        self.task = task or "local"
+        self.chief = chief
+        self.options = options or {}
         # Shared with the watchdog and the SIGINT router, which run in other threads.
         self.state = RunState()
         self.coord = tf.compat.v1.train.Coordinator()
         self.runners = RunnerSet(sess, self.coord, queue_ops(graph), chief=chief,
-                                 enqueue_for=enqueue_for)
+                                 enqueue_for=self._enqueue_for)
         self.signals = SessionSignals(self.state, self.wake, grace)
         self.policy = RunPolicy(self.state, self.coord, self.runners, self.signals)
-        self.profile = InputProfile(graph, self.runners.fill, self.coord, enabled=input_report)
         self._routed = False
         self._watch = None
         if stall_timeout is not None:
             self._watch = StallWatch(self.state, self.runners, queue_ops(graph), stall_timeout,
                                      self.wake, self._describe_stall)
         self._n_runners = 0
-        self._tuners: list[Tuner] = []
-        # Hooks of the features this graph uses (a work queue's acks), run after the program's.
+        # Hooks the features add (a work queue's acks), run after the program's.
         self.hooks: list = []
+        made = (load(spec)(self) for spec in features)
+        self.features: list[Feature] = [f for f in made if f is not None]
+        # Per run, only the features that do something then (a step pays for nothing else).
+        self.observers = [f for f in self.features if overrides(f, "observe")]
+        self.steppers = [f for f in self.features
+                         if overrides(f, "before_step") or overrides(f, "after_step")]
+
+    def feature(self, name: str) -> Any:
+        """The feature called ``name``, or None: how features find each other."""
+        return next((f for f in self.features if f.name == name), None)
+
+    def created(self, restored: str | None) -> None:
+        """The session is restored (from ``restored``) or initialised: tell the features."""
+        for f in self.features:
+            f.created(restored)
+
+    def _enqueue_for(self, op, make_callable):
+        enqueue = make_callable(op)
+        for f in self.features:
+            enqueue = f.enqueue_for(op, enqueue, make_callable)
+        return enqueue
 
     def start(self) -> None:
         """Route signals to this session and start the watchdog and every runner."""
@@ -73,62 +92,20 @@ class SessionThreads:
 
     def start_new_runners(self) -> bool:
         """Start the graph's queue runners not started yet; True if there were any."""
-        runners = self._graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
-        self._start_work()
-        if len(runners) == self._n_runners:
+        runners = self.graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
+        new = runners[self._n_runners:]
+        gates: dict[str, Any] = {}
+        for f in self.features:  # also with no new runner: a work queue added since
+            gates.update(f.starting(new))
+        if not new:
             return False
-        queue_ops(self._graph).update(runners)
-        tuned = {os.fsdecode(n) for n in self._graph.get_collection(GraphKeys.AUTOTUNE)}
-        whole = {os.fsdecode(n) for n in self._graph.get_collection(GraphKeys.WHOLE_BATCHES)}
-        decoding = {os.fsdecode(n) for n in self._graph.get_collection(GraphKeys.DECODING)}
-        tuners = []
-        for qr in runners[self._n_runners:]:
-            name = qr.queue.queue_ref.op.name
-            if name in tuned and name not in self.runners.gates and len(qr.enqueue_ops) > 1:
-                many = name in whole or qr.enqueue_ops[0].type.startswith("QueueEnqueueMany")
-                gate = Gate(len(qr.enqueue_ops), first_count(
-                    len(qr.enqueue_ops), many=many and name not in decoding))
-                per = records_per_enqueue(qr.enqueue_ops[0])
-                tuners.append(Tuner(name, gate, self.coord,
-                                    lambda q=name: self.runners.enqueues.get(q, 0),
-                                    lambda q=name: self.runners.fill(q),
-                                    per_fill=self.runners.span(name) / per if per else 0.0))
-        self.runners.start(runners, {t.queue: t.gate for t in tuners})
-        for t in tuners:
-            t.thread.start()
-        self._tuners += tuners
+        queue_ops(self.graph).update(runners)
+        self.runners.start(new, gates)
         self._n_runners = len(runners)
         return True
 
-    def _start_work(self) -> None:
-        works = [w for w in graph_objects(self._graph, GraphKeys.WORK_QUEUES)
-                 if id(w) not in self._work]
-        if not works:
-            return
-        # A batch that a runner moves on (a second queue) is consumed out of our sight:
-        # such files are done once read.
-        runners = self._graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
-        moved_on = set(queues_read([op for qr in runners for op in qr.enqueue_ops]))
-        for work in works:
-            batch = _batch_queue(work)
-            threads = self._work[id(work)] = WorkThreads(
-                self._sess, self.coord, work, self._task, self._chief,
-                lambda e, name, w=work.name: self.runners.fail(e, name, w),
-                by_consumption=batch not in moved_on, resume=self._resume_work.get(work.name))
-            if threads.by_consumption:
-                self.hooks.append(threads.hook(lambda fetches, q=batch: q in self._reads(fetches)))
-            threads.start()
-
-    def chief_work(self) -> list[WorkThreads]:
-        """The threads of every work queue this chief keeps the books of."""
-        return [t for t in self._work.values() if t.books is not None]
-
-    def tuning(self) -> dict[str, Tuning]:
-        """Per tuned queue: the active thread count now, and the tuner's decisions."""
-        return {t.queue: t.tuning() for t in self._tuners}
-
     def has_new_runners(self) -> bool:
-        runners = self._graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
+        runners = self.graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
         return len(runners) != self._n_runners
 
     def wake(self) -> None:
@@ -137,13 +114,16 @@ class SessionThreads:
         self.runners.cancel()
 
     def _describe_stall(self, reads) -> str:
-        ops = [self._graph.get_operation_by_name(name) for name in reads]
-        empty = empty_files(self._graph, ops)
-        if empty:
-            return f"; its input files hold no records: {', '.join(empty)}"
+        ops = [self.graph.get_operation_by_name(name) for name in reads]
+        for f in self.features:
+            said = f.describe_stall(ops)
+            if said:
+                return said
         if any(sync_tokens(op) for op in ops):
-            # SyncReplicasOptimizer: the token comes once enough workers sent gradients.
-            task = task_of(getattr(self._sess, "sess_str", "")) or local_task()
+            # SyncReplicasOptimizer (TF's, not a builder's): the token comes once enough
+            # workers sent gradients. Only a cluster has one, so its module loads only here.
+            from queuekit.cluster.tasks import local_task, task_of, unreachable_tasks
+            task = task_of(getattr(self.sess, "sess_str", "")) or local_task()
             gone = unreachable_tasks(task) if task is not None else []
             if gone:
                 return (f"; SyncReplicasOptimizer waits for gradients, and these tasks "
@@ -153,8 +133,7 @@ class SessionThreads:
         return ""
 
     def _others(self):
-        return [t for w in self._work.values() for t in w.threads] + [
-            t.thread for t in self._tuners]
+        return [t for f in self.features for t in f.threads()]
 
     def still_alive(self, deadline: float) -> list[str]:
         """After the session was closed: names of the threads still alive at ``deadline``
@@ -198,8 +177,3 @@ class SessionThreads:
 
 def _left(deadline: float) -> float:
     return max(0.0, deadline - time.monotonic())
-
-
-def _batch_queue(work) -> str:
-    """The name of the queue a work queue's batches come out of ("" without one)."""
-    return queue_op(work.consumed.op.inputs[0]).name if work.consumed is not None else ""

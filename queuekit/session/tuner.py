@@ -55,6 +55,11 @@ import statistics
 import threading
 import time
 
+from queuekit.features import Feature
+from queuekit.graph_keys import GraphKeys
+from queuekit.session.queue_ops import records_per_enqueue
+from queuekit.session.runners import Gate
+
 log = logging.getLogger("queuekit.tune")
 
 # The graph collection of queue names whose runners are tuned. The builders in
@@ -95,43 +100,6 @@ def first_count(total: int, *, many: bool = False) -> int:
     4.8 s, where 4 ran fastest.
     """
     return 1 if many else max(1, total // 2)
-
-
-class Gate:
-    """Lets threads 0..active-1 of a runner enqueue; the others wait between enqueues."""
-
-    def __init__(self, total: int, active: int):
-        self.total = total
-        self._active = max(1, min(active, total))
-        self._open = False
-        self._cond = threading.Condition()
-
-    @property
-    def active(self) -> int:
-        return self.total if self._open else self._active
-
-    @property
-    def opened(self) -> bool:
-        return self._open
-
-    def wait(self, index: int) -> None:
-        """Return once thread ``index`` may run its next enqueue."""
-        if index < self._active or self._open:  # the common case, without the lock
-            return
-        with self._cond:
-            while index >= self._active and not self._open:
-                self._cond.wait()
-
-    def set_active(self, n: int) -> None:
-        with self._cond:
-            self._active = max(1, min(n, self.total))
-            self._cond.notify_all()
-
-    def open(self) -> None:
-        """Let every thread run from now on (end of input, or stop); idempotent."""
-        with self._cond:
-            self._open = True
-            self._cond.notify_all()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -301,3 +269,43 @@ class Tuner:
         self.history.append(d)
         log.info("%s: %d -> %d active threads (%.0f enqueues/s, fill %.2f, %.2f ms CPU per "
                  "enqueue: %s)", self.queue, k, to, d.rate, d.fill, d.cpu_ms, reason)
+
+
+class Tuners(Feature):
+    """The session feature of ``"auto"`` runners (installed by the builders that make them):
+    a :class:`Gate` and a :class:`Tuner` thread for each."""
+
+    name = "tuner"
+
+    def __init__(self, running) -> None:
+        super().__init__(running)
+        self._tuners: list[Tuner] = []
+
+    def starting(self, runners) -> dict[str, Gate]:
+        graph, counts = self.running.graph, self.running.runners
+        tuned = {os.fsdecode(n) for n in graph.get_collection(GraphKeys.AUTOTUNE)}
+        whole = {os.fsdecode(n) for n in graph.get_collection(GraphKeys.WHOLE_BATCHES)}
+        decoding = {os.fsdecode(n) for n in graph.get_collection(GraphKeys.DECODING)}
+        tuners = []
+        for qr in runners:
+            name = qr.queue.queue_ref.op.name
+            if name in tuned and name not in counts.gates and len(qr.enqueue_ops) > 1:
+                many = name in whole or qr.enqueue_ops[0].type.startswith("QueueEnqueueMany")
+                gate = Gate(len(qr.enqueue_ops), first_count(
+                    len(qr.enqueue_ops), many=many and name not in decoding))
+                per = records_per_enqueue(qr.enqueue_ops[0])
+                tuners.append(Tuner(name, gate, self.running.coord,
+                                    lambda q=name: counts.enqueues.get(q, 0),
+                                    lambda q=name: counts.fill(q),
+                                    per_fill=counts.span(name) / per if per else 0.0))
+        for t in tuners:  # they wait a window before their first move: the runners start
+            t.thread.start()
+        self._tuners += tuners
+        return {t.queue: t.gate for t in tuners}
+
+    def threads(self) -> list[threading.Thread]:
+        return [t.thread for t in self._tuners]
+
+    def tuning(self) -> dict[str, Tuning]:
+        """Per tuned queue: the active thread count now, and the tuner's decisions."""
+        return {t.queue: t.tuning() for t in self._tuners}

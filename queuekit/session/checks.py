@@ -1,0 +1,82 @@
+"""The input checks of every session: the files its readers read, checked at start and at
+the end of the input, whoever built the pipeline.
+
+TensorFlow's readers end a file quietly at a record cut short, so a cut file
+would be a short epoch. At start (and when runners are added) every TFRecord
+file's framing is walked and every fixed-length file's size checked; their
+sizes are noted, and at the end of the input a file whose size changed while
+it was read is an error naming it. A stall on a reader whose files hold no
+record is said so.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import tensorflow as tf
+
+from queuekit.errors import DatasetError
+from queuekit.features import Feature
+from queuekit.graph_keys import GraphKeys, graph_objects
+from queuekit.records.files import check_files, check_sizes, resized, sizes
+from queuekit.session.diagnose import empty_files, fixed_length_inputs, tfrecord_files
+
+log = logging.getLogger(__name__)
+
+
+class InputChecks(Feature):
+    """Framing and sizes at start, sizes at the end (see the module)."""
+
+    name = "input_checks"
+
+    def __init__(self, running) -> None:
+        super().__init__(running)
+        self._sizes: dict[str, int] = {}  # at start: a file cut or grown under a reader
+        self._started = False
+
+    def created(self, restored: str | None) -> None:
+        self._check()
+        if restored and not graph_objects(self.running.graph, GraphKeys.INPUT_POSITIONS):
+            warn_unresumable(self.running.graph, set(), restored)
+
+    def starting(self, runners) -> dict:
+        if self._started and runners:  # runners added after the first run
+            self._check()
+        self._started = True
+        return {}
+
+    def _check(self) -> None:
+        graph = self.running.graph
+        files = tfrecord_files(graph)
+        check_files(files)
+        for paths, record_bytes, header_bytes, footer_bytes in fixed_length_inputs(graph):
+            check_sizes(paths, record_bytes, header_bytes, footer_bytes)
+            files += paths
+        self._sizes.update(sizes(f for f in files if f not in self._sizes))
+
+    def end_of_data(self, end: BaseException) -> None:
+        """At the end of the input: raise if a file changed size while it was read."""
+        changed = resized(self._sizes)
+        if changed:
+            path, before, now = changed[0]
+            raise DatasetError(
+                f"{path} changed while the pipeline read it ({before} bytes at the start, "
+                + ("gone now" if now < 0 else f"{now} now")
+                + "): the epoch did not read it as it is; the input ended early or late"
+            ) from end
+
+    def describe_stall(self, ops: list) -> str:
+        empty = empty_files(self.running.graph, ops)
+        return f"; its input files hold no records: {', '.join(empty)}" if empty else ""
+
+
+def warn_unresumable(graph: tf.Graph, ours: set[str], prefix: str) -> None:
+    """Say so when a restored job has input producers queuekit cannot resume (a hand-built
+    ``string_input_producer`` or ``slice_input_producer``)."""
+    theirs = sorted({qr.queue.queue_ref.op.name for qr in
+                     graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
+                     if "input_producer" in qr.queue.queue_ref.op.name} - ours)
+    if theirs:
+        log.warning("restored %s: the input of %s (not built by queuekit's builders) "
+                    "starts over: records read before the checkpoint are read again in this "
+                    "epoch", prefix, ", ".join(theirs))
