@@ -36,6 +36,23 @@ def no_thread_left_behind():
     assert not alive, f"threads left alive: {alive}"
 
 
+# pytest-timeout's budget per test, before it is stretched by the machine's load: a test that
+# starts processes or a cluster (marked slow) is a whole scenario, not one call.
+TIMEOUT_SECS = {"fast": 120, "slow": 600}
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Give each test its timeout as it starts, stretched by the load then (helpers.patience):
+    on a loaded machine a fixed budget fails healthy tests. A test's own mark wins. (A
+    wrapper run first: pytest-timeout reads the mark in its own wrapper.)"""
+    from tests.helpers import patience
+
+    base = TIMEOUT_SECS["slow" if item.get_closest_marker("slow") else "fast"]
+    item.add_marker(pytest.mark.timeout(patience(base)), append=True)
+    yield
+
+
 def pytest_collection_modifyitems(config, items):
     """Run the Beam tests last. A Beam job leaves gRPC's threads in the test process, and a
     process started after that was twice seen to abort before it ran ("Epoll1Poller ...

@@ -13,6 +13,15 @@ from queuekit.records import images
 from queuekit.records.example import make_example
 
 v1 = tf.compat.v1
+MAX_PATIENCE = 10.0
+
+
+def patience(seconds: float) -> float:
+    """``seconds`` stretched by how loaded the machine is now (runnable tasks per core over
+    the last minute, at least 1, at most :data:`MAX_PATIENCE`): a bound on a wait that holds
+    on a busy machine as on a quiet one. Only ever a bound: no test waits it out."""
+    load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    return seconds * min(MAX_PATIENCE, max(1.0, load))
 
 
 def write_id_records(path, n, *, start=0):
@@ -60,12 +69,12 @@ def signal_when_ready(child, sig, *, ready="ready", grace=0.0):
     """
     try:
         line = child.stdout.readline().strip()
-        assert line == ready, child.communicate(timeout=30)[1][-2000:]
+        assert line == ready, child.communicate(timeout=patience(30))[1][-2000:]
         if grace:
             time.sleep(grace)
         sent = time.monotonic()
         child.send_signal(sig)
-        out, err = child.communicate(timeout=30)
+        out, err = child.communicate(timeout=patience(30))
         return out, err, time.monotonic() - sent
     finally:
         if child.poll() is None:
@@ -78,12 +87,12 @@ def signal_when(child, ready, sig, *, within=90.0, poll=0.01):
     for the end. Returns (stdout, stderr, what ``ready()`` returned); the child is killed if
     it is still alive when this returns or fails."""
     try:
-        deadline = time.monotonic() + within
+        deadline = time.monotonic() + patience(within)
         while not (found := ready()):
             assert child.poll() is None and time.monotonic() < deadline, child.communicate()
             time.sleep(poll)
         child.send_signal(sig)
-        out, err = child.communicate(timeout=60)
+        out, err = child.communicate(timeout=patience(60))
         return out, err, found
     finally:
         if child.poll() is None:
@@ -112,7 +121,7 @@ def descendants(pid):
 
 def gone(pids, within=10.0):
     """True once none of ``pids`` is alive (zombies count as gone), within ``within`` s."""
-    deadline = time.monotonic() + within
+    deadline = time.monotonic() + patience(within)
     while time.monotonic() < deadline:
         alive = [p for p in pids if os.path.exists(f"/proc/{p}")
                  and open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]

@@ -25,6 +25,7 @@ from tests.helpers import (
     default_signals,
     descendants,
     gone,
+    patience,
     signal_when,
     signal_when_ready,
     without_module,
@@ -70,7 +71,7 @@ def test_workers_need_no_tensorflow(tmp_path):
             f"out = list(EncodeImage(False).process({task!r}))\n"
             "print(len(out), type(out[0]).__name__, len(out[0]))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=patience(120))
     assert done.returncode == 0, done.stderr
     count, kind, size = done.stdout.split()
     assert (count, kind) == ("1", "bytes") and int(size) > 8 * 8 * 3
@@ -83,7 +84,7 @@ def test_without_beam_the_cli_names_the_extra(tmp_path, messy):
             f"sys.exit(main(['make', {str(messy[0])!r}, {str(tmp_path / 'd.tfrecords')!r}, "
             "'--runner', 'beam']))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=patience(120))
     assert done.returncode == 2, done.stderr
     assert "pip install 'queuekit[beam]'" in done.stderr
     assert os.listdir(tmp_path) == []

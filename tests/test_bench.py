@@ -14,6 +14,7 @@ def small_file(tmp_path):
     return write_image_records(tmp_path / "b.tfrecords", range(64), shape=(8, 8, 3))
 
 
+@pytest.mark.slow
 def test_step_ms_makes_the_consumer_the_slow_side(tmp_path):
     """A 50 ms simulated step caps batches/s at 20 and leaves the batch queue nearly full;
     the session's input profile agrees: the steps hardly wait for their batches."""
@@ -34,6 +35,7 @@ def test_step_ms_makes_the_consumer_the_slow_side(tmp_path):
     assert " wait " in report.table().splitlines()[0]
 
 
+@pytest.mark.slow
 def test_ctrl_c_returns_the_rows_finished_so_far(small_file):
     """SIGINT after the first configuration stops the run; that row is kept, flagged interrupted."""
     seen = []
@@ -54,6 +56,7 @@ def test_ctrl_c_returns_the_rows_finished_so_far(small_file):
     assert "interrupted: 1 of 3 configurations ran" in report.table()
 
 
+@pytest.mark.slow
 def test_plot_writes_a_png(small_file, tmp_path):
     """plot() draws records/s and queue fill per configuration, with reference lines."""
     report = qk.benchmark(small_file, readers=(1, 2), compare=("seed",), seconds=0.2,
@@ -76,6 +79,7 @@ def test_the_best_row_is_compared_with_tf_data_at_its_best_first():
     assert "(1.50x tf.data)" in BenchReport(rows[:2], machine={}).summary()
 
 
+@pytest.mark.slow
 def test_rows_can_run_with_the_thread_pools_spinning_off(small_file, tmp_path):
     """spinning=False: queuekit's and the hand-written rows run with that session config, and
     the table and the JSON say so; by default they say nothing of it."""
@@ -90,6 +94,7 @@ def test_rows_can_run_with_the_thread_pools_spinning_off(small_file, tmp_path):
     assert "spinning" not in default.table() and '"spinning": true' in default.to_json()
 
 
+@pytest.mark.slow
 def test_gzip_records_run_in_every_row_and_a_failed_row_says_its_error(tmp_path):
     """GZIP records: queuekit's, tf.data's and the seed-style rows all read them (the
     references failed with DataLossError). A corrupt record: each row fails with the error's

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from queuekit.cli import main
-from tests.helpers import descendants, gone, run_script, signal_when, write_image_records
+from tests.helpers import descendants, gone, patience, run_script, signal_when, write_image_records
 
 SUBCOMMANDS = ["demo", "make", "export", "inspect", "bench"]
 
@@ -41,6 +41,7 @@ def test_demo_runs_end_to_end(tmp_path, capsys):
     assert any((tmp_path / "export").iterdir())
 
 
+@pytest.mark.slow
 def test_bench_synthetic_json_has_every_row(tmp_path, capsys, monkeypatch):
     """bench --synthetic --json lists every configuration and reference, and plots them:
     an auto row with the count it settled on, every row consumed to numpy, the ceilings."""
@@ -101,6 +102,7 @@ def test_bench_on_bad_files_exits_non_zero(tmp_path, capsys, content):
     assert str(path) in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_bench_ctrl_c_prints_finished_rows_and_exits_130(tmp_path):
     """SIGINT while the second configuration runs: the first row is printed, exit code 130."""
     path = write_image_records(tmp_path / "b.tfrecords", range(64), shape=(8, 8, 3))
@@ -114,13 +116,14 @@ def test_bench_ctrl_c_prints_finished_rows_and_exits_130(tmp_path):
         if "bench row done: readers=1" in line:
             proc.send_signal(signal.SIGINT)
             break
-    out, rest = proc.communicate(timeout=60)
+    out, rest = proc.communicate(timeout=patience(60))
     assert proc.returncode == 130, "".join(err) + rest
     assert "readers=1 threads=1 read-many=0" in out
     assert "readers=2" not in out
     assert "interrupted: 1 of 2 configurations ran" in out
 
 
+@pytest.mark.slow
 def test_bench_sigterm_exits_143_and_takes_its_child_along(tmp_path):
     """SIGTERM to `queuekit bench` while a configuration runs: exit 143, no child left running."""
 
@@ -180,12 +183,12 @@ def test_a_name_that_is_not_utf8_prints_on_a_strict_utf8_stdout(tmp_path):
     strict = {"PYTHONIOENCODING": "utf-8:strict"}
     make = _cli("make", str(tmp_path / "src"), os.fsdecode(out), "--size", "8", "--quiet",
                 env=strict, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    stdout, stderr = make.communicate(timeout=120)
+    stdout, stderr = make.communicate(timeout=patience(120))
     assert make.returncode == 0, stderr[-2000:]
     assert stdout.strip() == out
     inspect = _cli("inspect", os.fsdecode(out), env=strict, stdout=subprocess.PIPE,
                    stderr=subprocess.PIPE)
-    stdout, stderr = inspect.communicate(timeout=120)
+    stdout, stderr = inspect.communicate(timeout=patience(120))
     assert inspect.returncode == 0, stderr[-2000:]
     assert out in stdout
 
@@ -199,7 +202,7 @@ def test_a_closed_pipe_ends_inspect_quietly(tmp_path):
     os.close(read)  # the reader is gone before inspect writes a line
     proc = _cli("inspect", path, stdout=write, stderr=subprocess.PIPE)
     os.close(write)
-    _, stderr = proc.communicate(timeout=120)
+    _, stderr = proc.communicate(timeout=patience(120))
     assert proc.returncode == 128 + signal.SIGPIPE
     assert b"Broken pipe" not in stderr and b"Traceback" not in stderr
 
@@ -218,6 +221,6 @@ def test_sigterm_while_tensorflow_imports_exits_143(tmp_path):
         "from queuekit.cli import main\n"
         "sys.exit(main(['bench', sys.argv[1], '--seconds', '0.1']))\n")
     child = run_script(code, path)
-    _, err = child.communicate(timeout=120)
+    _, err = child.communicate(timeout=patience(120))
     assert child.returncode == 143, err[-2000:]
     assert "Traceback" not in err and "stopped by SIGTERM" in err

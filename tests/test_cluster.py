@@ -19,14 +19,13 @@ import tensorflow as tf
 
 import queuekit as qk
 from tests.cluster_jobs import parse, work_batches, worker_graph
-from tests.helpers import default_signals, write_id_records
+from tests.helpers import default_signals, patience, write_id_records
 
 v1 = tf.compat.v1
 SERVER = os.path.join(os.path.dirname(__file__), "cluster_server.py")
 WORKER = os.path.join(os.path.dirname(__file__), "cluster_worker.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-pytestmark = [pytest.mark.slow] + (
-    [pytest.mark.timeout(120)] if hasattr(pytest.mark, "timeout") else [])
+pytestmark = [pytest.mark.slow]
 
 
 def _wait_ready(proc):
@@ -413,7 +412,7 @@ def test_sync_replicas_chief_trains_alone_after_a_worker_is_killed_between_steps
         victim.send_signal(signal.SIGKILL)
         victim.wait(10)
         go.write_text("")
-        out, _ = chief.communicate(timeout=60)
+        out, _ = chief.communicate(timeout=patience(60))
     finally:
         cluster.close()
     assert json.loads(out.decode().strip().splitlines()[-1]) == {"records": 50, "error": None}
@@ -532,10 +531,11 @@ def test_a_killed_ps_ends_the_worker_with_an_error_instead_of_a_hang(tmp_path):
                                                      tmp=str(tmp_path))],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             preexec_fn=default_signals)
-        assert worker.stdout.readline().strip() == "ready", worker.communicate(timeout=30)[1]
+        ready = worker.stdout.readline().strip()
+        assert ready == "ready", worker.communicate(timeout=patience(30))[1]
         ps.processes["/job:ps/task:0"].kill()
         ps.processes["/job:ps/task:0"].wait(10)
-        out, err = worker.communicate("go\n", timeout=90)
+        out, err = worker.communicate("go\n", timeout=patience(90))
     finally:
         if worker is not None and worker.poll() is None:
             worker.kill()

@@ -18,7 +18,7 @@ import textwrap
 
 import pytest
 
-from tests.helpers import default_signals
+from tests.helpers import default_signals, patience
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.rst", *sorted((ROOT / "docs").glob("*.rst"))]
@@ -122,7 +122,7 @@ def test_the_block_finder_sees_shown_and_invisible_blocks(tmp_path):
 def test_every_code_block_runs(path, tmp_path):
     """The document's Python blocks run in order, on a real dataset, to the end."""
     child = subprocess.run([sys.executable, "-c", _script(path)], cwd=tmp_path,
-                           capture_output=True, text=True, timeout=600,
+                           capture_output=True, text=True, timeout=patience(600),
                            preexec_fn=default_signals)
     assert child.returncode == 0 and child.stdout.rstrip().endswith("ok"), child.stderr[-4000:]
 

@@ -9,7 +9,14 @@ import pytest
 import tensorflow as tf
 
 import queuekit as qk
-from tests.helpers import id_reader_batch, run_script, signal_when_ready, v1, write_id_records
+from tests.helpers import (
+    id_reader_batch,
+    patience,
+    run_script,
+    signal_when_ready,
+    v1,
+    write_id_records,
+)
 
 
 def _model(files):
@@ -222,10 +229,11 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_a_non_chief_waits_for_the_chief_and_skips_chief_only_hooks():
     """On one server a non-chief sees the chief's global step; chief_only_hooks run on the chief."""
     child = run_script(_CHIEF_AND_WORKER)
-    out, err = child.communicate(timeout=90)
+    out, err = child.communicate(timeout=patience(90))
     assert child.returncode == 0, err[-3000:]
     result = json.loads(out.strip().splitlines()[-1])
     assert result["chief_steps"] == [1, 2, 3]
@@ -247,6 +255,7 @@ with tf.Graph().as_default():
 """
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_blocked_under_monitored_training_session():
     """SIGINT while the main thread is blocked in a dequeue ends with a plain KeyboardInterrupt."""
     child = run_script(_BLOCKED_UNDER_MTS)

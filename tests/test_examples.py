@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.helpers import patience
+
 EXAMPLE = pathlib.Path(__file__).resolve().parent.parent / "examples" / "train_tf1.py"
 
 
@@ -52,13 +54,12 @@ def _left_running(marker: str) -> list[int]:
 def _distributed(tmp_path, *extra):
     done = subprocess.run([sys.executable, str(DISTRIBUTED), "--local-cluster", "2",
                            "--workdir", str(tmp_path), "--images", "400", "--epochs", "2",
-                           *extra], capture_output=True, text=True, timeout=170)
+                           *extra], capture_output=True, text=True, timeout=patience(170))
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert not _left_running(str(tmp_path)), "a task of the local cluster outlived it"
     return done, {line["task"]: line for line in lines if "task" in line}, lines[-1]
 
 
-@pytest.mark.timeout(180)
 @pytest.mark.slow
 def test_distributed_example_trains_every_record_once_per_epoch(tmp_path):
     """1 ps + 2 workers on a work queue: 320 training records x 2 epochs trained once each,
@@ -76,7 +77,6 @@ def test_distributed_example_trains_every_record_once_per_epoch(tmp_path):
         t["batches"] for t in tasks.values())
 
 
-@pytest.mark.timeout(180)
 @pytest.mark.slow
 def test_distributed_example_with_sync_replicas_ends_on_every_worker(tmp_path):
     """SyncReplicasOptimizer on a work queue: both workers end, none waits for a token."""

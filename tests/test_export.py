@@ -12,6 +12,7 @@ import queuekit as qk
 from queuekit.cli import main
 from queuekit.records.example import make_example
 from queuekit.records.tfrecord import scan_records
+from tests.helpers import patience
 from tests.imagefactory import make_mixed_folder, rgb
 from tests.seed import makeTFRec, seed_read_all
 
@@ -450,7 +451,7 @@ def test_two_quick_ctrl_c_during_export_keep_the_previous_export_whole(tmp_path)
         proc.send_signal(signal.SIGINT)
         time.sleep(0.03)  # the gap between two key presses: the second lands in the clean-up
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=patience(60))
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import queuekit as qk
 from queuekit.features import Feature, install
-from tests.helpers import write_image_records
+from tests.helpers import patience, write_image_records
 
 _v1 = tf.compat.v1
 CALLS: list = []  # what Recorder saw, in order (one test at a time)
@@ -114,7 +114,7 @@ def test_a_local_pipeline_s_session_loads_no_feature_it_does_not_use(tmp_path, r
     """One reader: no tuner; no work queue's feature, threads or books; no cluster task code."""
     path = write_image_records(tmp_path / "a.tfrecords", range(8))
     out = subprocess.run([sys.executable, "-c", _LOADED, str(path), readers],
-                         capture_output=True, text=True, timeout=120, check=True)
+                         capture_output=True, text=True, timeout=patience(120), check=True)
     loaded = set(json.loads(out.stdout.strip().splitlines()[-1]))
     assert {"queuekit.session.checks", "queuekit.session.profile",
             "queuekit.session.position"} <= loaded

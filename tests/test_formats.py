@@ -560,6 +560,7 @@ def test_make_inception_feeds_the_inception_parser_and_reads_back_like_queuekit(
     assert qk.inspect_tfrecords([str(out)]).schemas == {"inception": len(a)}
 
 
+@pytest.mark.slow
 def test_bench_runs_on_inception_photos_of_many_sizes(tmp_path):
     """bench's rows (queuekit and tf.data) read an Inception dataset with image_size."""
     images = [RNG.integers(0, 256, (20 + 3 * i, 30, 3), dtype=np.uint8) for i in range(8)]

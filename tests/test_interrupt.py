@@ -74,6 +74,7 @@ with qk.QueueSession(stall_timeout_secs=None, stop_grace_secs=120) as qs:
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(SCRIPTS))
 def test_sigint_ends_the_process_with_a_plain_keyboard_interrupt(case):
     """SIGINT while busy, blocked in a dequeue, with a stuck runner (also under
@@ -101,6 +102,7 @@ def _finish(child, sig):
     return signal_when_ready(child, sig, grace=0.3)[:2]
 
 
+@pytest.mark.slow
 def test_sigterm_handler_runs_while_blocked_and_its_exit_code_stands():
     """A user's SIGTERM handler (save and exit 143) runs though the run was blocked in a dequeue."""
     child = run_script(_PRELUDE + """
@@ -122,6 +124,7 @@ with qk.QueueSession(stall_timeout_secs=None, stop_grace_secs=0.5) as qs:
     assert "MISMATCH" not in err and "RuntimeError" not in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_users_sigint_handler_is_called_and_the_loop_finishes_its_step():
     """A "finish the step, then stop" SIGINT handler is called once; the loop ends on its own."""
     child = run_script(_PRELUDE + """
@@ -144,6 +147,7 @@ print("stopped after the handler ran", len(stop), "time(s)", flush=True)
     assert "stopped after the handler ran 1 time(s)" in out
 
 
+@pytest.mark.slow
 def test_close_from_another_thread_keeps_ctrl_c_working():
     """A session closed from another thread closes cleanly; a later session still gets Ctrl-C."""
     child = run_script(_PRELUDE + """

@@ -13,6 +13,7 @@ from queuekit.records.example import decode_example
 from queuekit.records.files import expand_files
 from queuekit.records.tfrecord import Record, scan_records
 from queuekit.records.workers import copy_bytes
+from tests.helpers import patience
 from tests.imagefactory import bad_files, exif_rotated_jpeg, make_mixed_folder, rgb
 
 
@@ -283,7 +284,7 @@ def test_queuekit_make_runs_without_tensorflow(tmp_path):
             + "assert 'tensorflow' not in sys.modules\nsys.exit(rc)\n")
     out = subprocess.run([sys.executable, "-c", code, "make", str(tmp_path / "src"),
                           str(tmp_path / "o.tfrecords"), "--workers", "2", "--quiet"],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=patience(120))
     assert out.returncode == 0, out.stderr[-2000:]
     assert qk.inspect_tfrecords(str(tmp_path / "o.tfrecords")).records == 16
 
@@ -306,11 +307,11 @@ def test_export_and_inspect_run_without_tensorflow(tmp_path):
             + "assert 'tensorflow' not in sys.modules\nsys.exit(rc)\n")
     record = str(tmp_path / "o.tfrecords")
     out = subprocess.run([sys.executable, "-c", code, "inspect", record, "--json"],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=patience(120))
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout)["records"] == 16
     out = subprocess.run([sys.executable, "-c", code, "export", record, str(tmp_path / "x")],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=patience(120))
     assert out.returncode == 0, out.stderr[-2000:]
     assert len(list((tmp_path / "x").rglob("*.jpg"))) == 16
 
@@ -341,7 +342,7 @@ def test_a_script_read_from_stdin_makes_its_records_with_its_workers(tmp_path):
               f"{str(tmp_path / 'out.tfrecords')!r}, image_size=16, workers=2, progress=False)\n"
               "print(r.written, multiprocessing.active_children())\n")
     out = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True,
-                         cwd=tmp_path, timeout=300)
+                         cwd=tmp_path, timeout=patience(300))
     assert out.returncode == 0, out.stderr
     assert "main module" not in out.stderr and "Traceback" not in out.stderr
     expected = len(qk.scan_image_folder(tmp_path / "src"))

@@ -18,7 +18,7 @@ from queuekit.records.files import expand_files
 from queuekit.records.guard import first_signal_ends
 from queuekit.records.labels import read_labels
 from queuekit.records.tfrecord import scan_records
-from tests.helpers import default_signals, descendants, gone, run_script
+from tests.helpers import default_signals, descendants, gone, patience, run_script
 from tests.imagefactory import make_mixed_folder, rgb
 
 
@@ -56,6 +56,7 @@ def _wait_for_workers(proc, out_dir):
     raise AssertionError("make never started its workers")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_sigterm_and_sighup_leave_nothing_behind(tmp_path, sig, code):
     """SIGTERM/SIGHUP mid-write exit 128+n with no output, temp, spool folder or worker left."""
@@ -64,12 +65,13 @@ def test_sigterm_and_sighup_leave_nothing_behind(tmp_path, sig, code):
     proc = _start_make(tmp_path / "src", out_dir / "d.tfrecords", "--shards", "2")
     workers = _wait_for_workers(proc, out_dir)
     proc.send_signal(sig)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=patience(60))
     assert proc.returncode == code, err[-2000:]
     assert os.listdir(out_dir) == []
     assert gone(workers), "worker processes outlived make"
 
 
+@pytest.mark.slow
 def test_workers_die_with_a_killed_parent_and_the_next_run_cleans_up(tmp_path, caplog):
     """SIGKILL of make: its workers exit; the next make removes the dead run's temp files."""
     _photos(tmp_path / "src", 1200)
@@ -77,7 +79,7 @@ def test_workers_die_with_a_killed_parent_and_the_next_run_cleans_up(tmp_path, c
     proc = _start_make(tmp_path / "src", out_dir / "d.tfrecords")
     workers = _wait_for_workers(proc, out_dir)
     proc.kill()
-    proc.communicate(timeout=30)
+    proc.communicate(timeout=patience(30))
     assert gone(workers), "workers outlived their killed parent"
     left = os.listdir(out_dir)
     assert left, "SIGKILL should have left the temp files this test is about"
@@ -124,7 +126,7 @@ def _no_dac(code):
         pytest.skip("setpriv not available: cannot drop root's permission override")
     return subprocess.run(
         ["setpriv", "--bounding-set=-dac_override,-dac_read_search", sys.executable, "-c",
-         code], capture_output=True, text=True, timeout=120)
+         code], capture_output=True, text=True, timeout=patience(120))
 
 
 def test_an_unreadable_class_folder_is_reported_and_strict_fails(tmp_path):
@@ -258,7 +260,7 @@ def test_a_real_write_error_names_the_file_it_was_writing(tmp_path, workers):
         "    print(e)\n"
         "    sys.exit(1)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, preexec_fn=default_signals)
+                          timeout=patience(120), preexec_fn=default_signals)
     assert done.returncode == 1, done.stderr[-2000:]
     errno_, filename = done.stdout.splitlines()[0].split(" ", 1)
     assert int(errno_) == 27 and filename.startswith(str(tmp_path)), done.stdout
@@ -266,6 +268,7 @@ def test_a_real_write_error_names_the_file_it_was_writing(tmp_path, workers):
     assert sorted(os.listdir(tmp_path)) == ["src"]
 
 
+@pytest.mark.slow
 def test_a_second_make_to_the_same_output_fails_and_the_first_finishes_whole(tmp_path):
     """Two makes to one output: the second fails at once naming the lock, and removes nothing of
     the first (whose spool it would have called stale); the first writes its dataset whole."""
@@ -281,7 +284,7 @@ def test_a_second_make_to_the_same_output_fails_and_the_first_finishes_whole(tmp
         qk.write_tfrecords(tmp_path / "src", out_dir / "d.tfrecords", image_size=8,
                            overwrite=True, workers=1, progress=False)
     assert all((out_dir / s).is_dir() for s in spool)
-    out, err = first.communicate(timeout=120)
+    out, err = first.communicate(timeout=patience(120))
     assert first.returncode == 0, err[-2000:]
     assert gone(workers)
     assert sum(1 for _ in scan_records(str(out_dir / "d.tfrecords"))) == 1200
@@ -366,6 +369,7 @@ def test_a_png_in_the_decompression_bomb_warning_band_is_skipped(tmp_path):
                                                                   "decompression bomb")]
 
 
+@pytest.mark.slow
 def test_two_quick_ctrl_c_during_make_exit_130_leaving_nothing(tmp_path):
     """SIGINT twice, 30 ms apart, mid-write: exit 130 within the bound, no file or worker left."""
     _photos(tmp_path / "src", 1200)
@@ -376,7 +380,7 @@ def test_two_quick_ctrl_c_during_make_exit_130_leaving_nothing(tmp_path):
     time.sleep(0.03)  # the gap between two key presses: the second lands in the clean-up
     proc.send_signal(signal.SIGINT)
     try:
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=patience(60))
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -416,6 +420,7 @@ def test_a_program_s_own_ctrl_c_handler_still_gets_every_signal_during_make():
     assert calls == [signal.SIGINT, signal.SIGINT]
 
 
+@pytest.mark.slow
 def test_a_ctrl_c_after_the_command_ended_does_not_change_its_exit(tmp_path):
     """A second Ctrl-C once make said "interrupted" (its process still exiting: the pool's
     thread joined, the fork server stopped) leaves exit 130; it was killed by SIGINT."""
@@ -428,7 +433,7 @@ def test_a_ctrl_c_after_the_command_ended_does_not_change_its_exit(tmp_path):
         said = proc.stderr.readline()
         ignored = _signal_mask(proc.pid, "SigIgn")  # exiting: tens of ms left to read it
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=patience(60))
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -519,7 +524,7 @@ def test_a_ctrl_c_while_a_worker_starts_leaves_no_worker(tmp_path):
         while _pending(proc.pid, signal.SIGINT):
             time.sleep(0.001)
         os.kill(server, signal.SIGCONT)
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=patience(60))
     finally:
         if server is not None:
             with contextlib.suppress(ProcessLookupError):
@@ -550,7 +555,7 @@ def test_a_script_without_the_main_guard_runs_its_top_level_once(tmp_path):
         "                       image_size=8, workers=2, progress=False)\n"
         "print(r.written, len(multiprocessing.active_children()))\n")
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=120, preexec_fn=default_signals)
+                          timeout=patience(120), preexec_fn=default_signals)
     assert proc.returncode == 0, proc.stderr
     assert len(runs.read_text().split()) == 1
     expected = len(qk.scan_image_folder(tmp_path / "src"))

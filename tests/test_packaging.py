@@ -9,7 +9,7 @@ import pytest
 
 import queuekit as qk
 from queuekit.cli import main
-from tests.helpers import without_module
+from tests.helpers import patience, without_module
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -39,6 +39,7 @@ def test_python_dash_m_runs_the_cli():
     assert out.strip() == f"queuekit {qk.__version__}"
 
 
+@pytest.mark.slow
 def test_import_has_no_global_side_effects():
     """Importing queuekit adds no logging handler, sets no env var, keeps eager on."""
     code = ("import logging, os; env = dict(os.environ); h = list(logging.getLogger().handlers);"
@@ -122,6 +123,7 @@ def test_the_core_is_small_and_every_earlier_name_still_resolves():
         queuekit.records.bogus  # noqa: B018
 
 
+@pytest.mark.slow
 def test_subpackages_are_reachable_from_the_package_alone():
     """`import queuekit as qk; qk.cluster.Shard` works in a fresh process (no import of
     queuekit.cluster by anything else), and loads no TensorFlow for the records' names."""
@@ -132,6 +134,7 @@ def test_subpackages_are_reachable_from_the_package_alone():
     assert out.stdout.split() == ["write_tfrecords", "False", "2"]
 
 
+@pytest.mark.slow
 def test_mypy_rejects_a_wrong_call_into_the_public_api(tmp_path):
     """mypy, where installed (the lint extra), reports a bad keyword and a wrong type, run
     from another folder: it finds queuekit through the install alone (the README's
@@ -144,7 +147,7 @@ def test_mypy_rejects_a_wrong_call_into_the_public_api(tmp_path):
                     "qk.QueueSession(stop_grace_secs='soon')\n")
     run = subprocess.run([sys.executable, "-m", "mypy", "user.py", "--no-incremental",
                           "--ignore-missing-imports", "--follow-imports=silent"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+                         cwd=tmp_path, capture_output=True, text=True, timeout=patience(600))
     out = run.stdout
     assert run.returncode == 1, out + run.stderr  # 0 where mypy saw queuekit as Any
     assert 'Unexpected keyword argument "bogus"' in out

@@ -11,7 +11,7 @@ from PIL import Image
 import queuekit as qk
 from queuekit.graph_keys import GraphKeys
 from queuekit.pipelines import batching, builders
-from tests.helpers import records_per_read, v1, write_id_records, write_image_records
+from tests.helpers import patience, records_per_read, v1, write_id_records, write_image_records
 from tests.imagefactory import make_mixed_folder, rgb
 from tests.seed import makeTFRec
 
@@ -443,6 +443,7 @@ def test_a_corrupt_image_read_by_a_whole_file_reader_is_named(tmp_path):
     assert f"the image that failed to decode is {paths[1]}" in notes
 
 
+@pytest.mark.slow
 def test_a_corrupt_image_is_named_in_a_program_that_turned_eager_off(tmp_path):
     """The same pipeline in a TF1 program on TF2 (``disable_eager_execution()`` first, as
     pix2pix and every such program does): the image file is still named (the search was
@@ -466,7 +467,7 @@ def test_a_corrupt_image_is_named_in_a_program_that_turned_eager_off(tmp_path):
         "        print(''.join(getattr(e, '__notes__', [])))  # Python 3.10 prints no notes\n"
         "        sys.exit(1)\n")
     done = subprocess.run([sys.executable, "-c", script, *paths], capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=patience(120))
     assert done.returncode == 1
     assert f"the image that failed to decode is {paths[1]}" in done.stdout, done.stderr[-2000:]
 
@@ -622,6 +623,7 @@ def test_an_endless_input_of_the_default_builder_gives_its_first_pass_as_one_pas
     assert sorted(got) == list(range(n))
 
 
+@pytest.mark.slow
 def test_a_read_of_sequence_examples_all_empty_does_not_kill_the_process(tmp_path):
     """read_many=4 over SequenceExamples whose 4 sequences are all empty: every record is
     delivered (the empty ones padded with zeros) and the process lives (TensorFlow's padding
@@ -654,7 +656,7 @@ def test_a_read_of_sequence_examples_all_empty_does_not_kill_the_process(tmp_pat
         "    for x in qs.iterate(b):\n"
         "        print(x['id'].tolist(), int(x['tokens'].sum()))\n")
     done = subprocess.run([sys.executable, "-c", script, path], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=patience(120))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split("\n")[:2] == ["[0, 1, 2, 3] 0", "[4, 5, 6, 7] 154"]
 

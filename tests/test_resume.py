@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.helpers import default_signals, write_id_binaries, write_id_records
+from tests.helpers import default_signals, patience, write_id_binaries, write_id_records
 
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resume_job.py")
 N_FILES, PER_FILE = 4, 30
@@ -61,7 +61,7 @@ def run_with_breaks(tmp_path, cfg, breaks, seed=0, name="broken", restores=None)
                     if not line or line.strip() == "done":
                         break
                 child.kill()
-            out, err = child.communicate(timeout=120)
+            out, err = child.communicate(timeout=patience(120))
         finally:
             if child.poll() is None:
                 child.kill()
@@ -186,14 +186,14 @@ def test_a_crash_between_the_input_state_and_the_model_leaves_them_consistent(tm
     the history is the epoch in order, every record once."""
     cfg = dict(BASE, files=files, ckdir=str(tmp_path / "ck"), log=str(tmp_path / "log"))
     first = _job(dict(cfg, crash_after_input_state=2), 0)
-    first.communicate(timeout=120)
+    first.communicate(timeout=patience(120))
     assert first.returncode == -signal.SIGKILL
     ckdir = tmp_path / "ck"
     assert _latest_step(ckdir) == 3
     assert (ckdir / "model-6.queuekit-input").exists()
     assert not (ckdir / "model-6.index").exists()
     second = _job(cfg, 1)
-    _, err = second.communicate(timeout=120)
+    _, err = second.communicate(timeout=patience(120))
     assert second.returncode == 0, err[-3000:]
     lines = [[int(v) for v in line.split()] for line in open(tmp_path / "log")]
     history = [i for run, step, *ids in lines if run == 1 or step <= 3 for i in ids]
@@ -212,14 +212,14 @@ def test_sigterm_with_preemption_on_saves_the_step_exits_143_and_resumes_exactly
     for _ in range(8):  # "ready" and 7 steps
         child.stdout.readline()
     child.send_signal(signal.SIGTERM)
-    _, err = child.communicate(timeout=60)
+    _, err = child.communicate(timeout=patience(60))
     assert child.returncode == 143, err[-3000:]
     lines = [[int(v) for v in line.split()] for line in open(tmp_path / "log")]
     last = max(step for run, step, *ids in lines)
     assert last >= 7 and _latest_step(tmp_path / "ck") == last
     assert (tmp_path / "ck" / f"model-{last}.queuekit-input").exists()
     again = _job(cfg, 1)
-    _, err = again.communicate(timeout=120)
+    _, err = again.communicate(timeout=patience(120))
     assert again.returncode == 0, err[-3000:]
     lines = [[int(v) for v in line.split()] for line in open(tmp_path / "log")]
     assert [i for run, step, *ids in lines for i in ids] == list(range(N_FILES * PER_FILE))
@@ -233,10 +233,10 @@ def test_a_changed_dataset_is_named_not_mixed(tmp_path, files):
     for _ in range(7):
         child.stdout.readline()
     child.kill()
-    child.communicate(timeout=60)
+    child.communicate(timeout=patience(60))
     write_id_records(files[2], PER_FILE + 5, start=PER_FILE * 2)
     again = _job(cfg, 1)
-    out, err = again.communicate(timeout=120)
+    out, err = again.communicate(timeout=patience(120))
     assert again.returncode == 1, err[-2000:]
     assert f"{files[2]} changed since the checkpoint" in err
 

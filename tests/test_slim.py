@@ -13,7 +13,7 @@ import tensorflow as tf
 
 import queuekit as qk
 import queuekit.slim as qslim
-from tests.helpers import id_reader_batch, v1, write_id_records, write_image_records
+from tests.helpers import id_reader_batch, patience, v1, write_id_records, write_image_records
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -33,6 +33,7 @@ def _step_of(logdir):
     return int(tf.train.latest_checkpoint(logdir).rsplit("-", 1)[1])
 
 
+@pytest.mark.slow
 def test_slim_program_gives_what_slims_own_loops_give(tmp_path):
     """A Slim program (Slim's losses, create_train_op, aggregate_metric_map) run by tf_slim's
     train/evaluate_once/evaluation_loop and by queuekit.slim's: the same checkpoint step,
@@ -43,7 +44,7 @@ def test_slim_program_gives_what_slims_own_loops_give(tmp_path):
         workdir = tmp_path / runner
         workdir.mkdir()
         done = subprocess.run([sys.executable, os.path.join(HERE, "slim_job.py"), runner,
-                               str(workdir)], capture_output=True, text=True, timeout=120)
+                               str(workdir)], capture_output=True, text=True, timeout=patience(120))
         assert done.returncode == 0, done.stderr[-3000:]
         results[runner] = json.loads(done.stdout.strip().splitlines()[-1])
     assert results["queuekit"] == results["slim"]

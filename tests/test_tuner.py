@@ -430,6 +430,7 @@ def test_bad_counts_are_refused(tmp_path, bad):
         qk.tfrecord_batches(_files(tmp_path, 1, 2), num_readers=bad)
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_readers_are_paused_exits_promptly(tmp_path):
     """Ctrl-C while some reader threads are paused ends the program promptly."""
     files = _files(tmp_path, 4, 300)
