@@ -47,7 +47,8 @@ if TYPE_CHECKING:  # type checkers see the real names; at run time _WHERE loads 
     )
     from queuekit.graph_keys import GraphKeys
     from queuekit.pipelines.binary import FixedLengthLayout, fixed_length_batches
-    from queuekit.pipelines.builders import image_folder_batches, tfrecord_batches
+    from queuekit.pipelines.builders import tfrecord_batches
+    from queuekit.pipelines.image_folders import image_folder_batches
     from queuekit.pipelines.layout import RecordLayout, record_layout
     from queuekit.pipelines.padding import pad_last_batch
     from queuekit.records.beam_make import write_tfrecords_beam
@@ -85,7 +86,7 @@ _WHERE = {
     "InputReport": "queuekit.session.profile",
     "InputReportHook": "queuekit.session.profile",
     "tfrecord_batches": "queuekit.pipelines.builders",
-    "image_folder_batches": "queuekit.pipelines.builders",
+    "image_folder_batches": "queuekit.pipelines.image_folders",
     "fixed_length_batches": "queuekit.pipelines.binary",
     "pad_last_batch": "queuekit.pipelines.padding",
     "GraphKeys": "queuekit.graph_keys",

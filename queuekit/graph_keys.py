@@ -14,6 +14,10 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+# The batch component naming each record's file in a work queue's pipeline: the builder puts it
+# in, the work queue's session feature fetches it with the run that takes the batch.
+FILE_KEY = "queuekit_work_file"
+
 _OBJECTS: weakref.WeakKeyDictionary[Any, dict[str, list]] = weakref.WeakKeyDictionary()
 
 

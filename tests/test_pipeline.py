@@ -11,6 +11,7 @@ from PIL import Image
 import queuekit as qk
 from queuekit.graph_keys import GraphKeys
 from queuekit.pipelines import batching, builders
+from queuekit.pipelines.image_folders import TF_IMAGE_EXTENSIONS
 from tests.helpers import patience, records_per_read, v1, write_id_records, write_image_records
 from tests.imagefactory import make_mixed_folder, rgb
 from tests.seed import makeTFRec
@@ -203,7 +204,7 @@ def test_image_folder_batches_reads_mixed_modes(tmp_path):
     """Gray, alpha, palette, animated and 16-bit images come out as HxWx3 batches, once each."""
     make_mixed_folder(tmp_path / "src")
     (tmp_path / "src" / "dog" / "cmyk.jpg").unlink()  # a format TensorFlow cannot decode
-    folder = qk.scan_image_folder(tmp_path / "src", extensions=builders.TF_IMAGE_EXTENSIONS)
+    folder = qk.scan_image_folder(tmp_path / "src", extensions=TF_IMAGE_EXTENSIONS)
     with qk.QueueSession() as qs:
         b = qk.image_folder_batches(tmp_path / "src", image_size=(20, 24), batch_size=4,
                                     num_epochs=1, num_threads=2)

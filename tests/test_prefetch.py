@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import queuekit as qk
 from queuekit.graph_keys import GraphKeys
-from queuekit.pipelines.builders import TF_IMAGE_EXTENSIONS
+from queuekit.pipelines.image_folders import TF_IMAGE_EXTENSIONS
 from queuekit.session import profile
 from queuekit.session.reads import queues_read
 from tests.helpers import (

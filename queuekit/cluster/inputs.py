@@ -23,7 +23,6 @@ from queuekit.graph_keys import GraphKeys, graph_objects
 _v1 = tf.compat.v1
 # Records a remote worker reads per step when nobody said: each run is a network round trip
 # (measured over gRPC: 1.2-2.5 k records/s one at a time, 24 k with 64 per step).
-REMOTE_READ_MANY = 64
 
 
 def worker_device(graph: tf.Graph | None = None) -> str:

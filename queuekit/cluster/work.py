@@ -40,7 +40,6 @@ from typing import Any
 
 BEAT_SECS = 0.5
 MARKER = "/dev/null"  # zero records, on every POSIX host a reader may run on
-FILE_KEY = "queuekit_work_file"  # the batch component naming each record's file
 ON_LOST = ("requeue", "raise")
 
 

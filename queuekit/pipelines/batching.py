@@ -15,20 +15,15 @@ import os
 import sys
 import types
 import warnings
+from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
-from queuekit.cluster.inputs import (
-    REMOTE_READ_MANY,
-    WorkQueueInput,
-    work_queue_inputs,
-    worker_inputs,
-)
-from queuekit.cluster.work import FILE_KEY
 from queuekit.errors import UnknownBatchSize
 from queuekit.features import install
-from queuekit.graph_keys import GraphKeys
+from queuekit.graph_keys import FILE_KEY, GraphKeys
 from queuekit.pipelines.graph_care import report_for_finalize, summaries_kept_out
+from queuekit.pipelines.placement import input_device, pinned
 from queuekit.pipelines.position import POSITION_KEY, epoch_files, reads, take_consumed
 from queuekit.pipelines.varlen import (
     element_shapes,
@@ -37,7 +32,13 @@ from queuekit.pipelines.varlen import (
     with_lengths,
 )
 
+if TYPE_CHECKING:
+    from queuekit.cluster.inputs import WorkQueueInput
+
 _v1 = tf.compat.v1
+# Records per read on a cluster (a worker's input, a record shard): each read is a network
+# round trip, whatever it carries.
+REMOTE_READ_MANY = 64
 # Default queue memory: elements of the batch queue, in bytes of uint8 images.
 QUEUE_BYTES = 64 * 2**20
 # With num_readers="auto", each read takes about this many bytes of records of at most
@@ -115,7 +116,7 @@ def records_per_read(read_many: int | str | None, num_readers, *, remote: bool =
     0 is one record per read (``read``, not ``read_up_to``). ``read_many`` as
     given (``"batch"``: a batch, :func:`whole_batches`); else on a cluster
     (``remote``: no ``parse_fn``, a worker's input or a record shard)
-    :data:`~queuekit.cluster.inputs.REMOTE_READ_MANY`, each read being a
+    :data:`REMOTE_READ_MANY`, each read being a
     network round trip; else for ``"auto"`` readers of ``encoded`` images
     :data:`AUTO_READ_MANY_MAX`, and of raw records of ``raw_bytes`` about
     :data:`AUTO_READ_BYTES` (none for records over :data:`AUTO_READ_MAX_RECORD`);
@@ -289,12 +290,14 @@ def file_batches(files, read, opts: Batching, *, read_many: int | str, name: str
         check_whole(opts)
     # Whole batches vary in size whatever num_epochs says: no warning about the last one.
     allow_smaller = whole or keeps_last_batch(opts.allow_smaller_final_batch, opts.num_epochs)
-    with quiet_deprecations(), worker_inputs(device), tf.name_scope(name):
+    device = input_device(device)
+    with quiet_deprecations(), pinned(device), tf.name_scope(name):
         n_readers, tuned = resolve_count("num_readers", opts.num_readers, opts.max_readers)
         work = position = None
         many = bool(read_many)
         scope = _v1.get_default_graph().get_name_scope()
         if opts.work_queue:
+            from queuekit.cluster.inputs import work_queue_inputs
             queues, work = work_queue_inputs(
                 opts.work_queue, files, n_readers, name=scope,
                 num_epochs=opts.num_epochs, shuffle=opts.shuffle, seed=opts.seed)

@@ -10,55 +10,37 @@ that does not match its declared shape.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, TypedDict
 
 import tensorflow as tf
 
-from queuekit.cluster.inputs import (
-    Shard,
-    WorkQueueInput,
-    file_of,
-    keep_shard,
-    shard_files,
-    worker_device,
-    worker_inputs,
-)
-from queuekit.cluster.work import FILE_KEY
 from queuekit.errors import DatasetError
+from queuekit.graph_keys import FILE_KEY
 from queuekit.pipelines.batching import (
     Batching,
-    capacity_for,
     default_readers,
-    deliver,
     file_batches,
-    keeps_last_batch,
-    make_batch,
     mark_decoding,
-    mark_tuned,
     normalized,
     quiet_deprecations,
     read_count,
-    ready_count,
     records_per_read,
-    resolve_count,
-    shuffle_sizes,
 )
-from queuekit.pipelines.decode import DecodeOptions, resized
+from queuekit.pipelines.decode import DecodeOptions, image_size_pair
 from queuekit.pipelines.layout import parse_records, record_layout
-from queuekit.pipelines.position import POSITION_KEY, epoch_files, reads
+from queuekit.pipelines.placement import input_device
 from queuekit.records.files import check_files, compression_of_all, expand_files
-from queuekit.records.folder import ImageFolder, scan_image_folder
 from queuekit.records.tfrecord import first_record
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = ["image_folder_batches", "normalized", "quiet_deprecations", "tfrecord_batches"]
+    from queuekit.cluster.inputs import Shard, WorkQueueInput
+
+__all__ = ["normalized", "quiet_deprecations", "tfrecord_batches"]
 
 _v1 = tf.compat.v1
 # What tf.io.decode_image reads (first frame of animations).
-TF_IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
 _COMPRESSIONS = ("auto", "", "GZIP", "ZLIB")
 
 
@@ -186,21 +168,20 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
     unknown = set(spelled_before) - set(EarlierKeywords.__annotations__)
     if unknown:
         raise TypeError(f"tfrecord_batches() got unexpected keyword arguments: {sorted(unknown)}")
-    shard = Shard.of(shard, spelled_before.get("shard_by"))
-    work_queue = WorkQueueInput.of(work_queue, spelled_before.get("lost_after_secs"),
-                                   spelled_before.get("on_lost"))
-    if work_queue and shard is not None:
-        raise ValueError("give shard or work_queue, not both")
+    shard, work_queue = _cluster_options(shard, work_queue, spelled_before)
     num_readers = default_readers(num_readers, parse_fn, work_queue, num_epochs)
     records_per_read(read_many, num_readers)  # a bad read_many is an error before any I/O
     opts = Batching(batch_size, num_epochs, shuffle, seed, num_readers, num_threads, capacity,
                     min_after_dequeue, allow_smaller_final_batch, normalize, max_readers,
                     work_queue, prefetch)
-    files, record_shard = shard_files(expand_files(files), shard)
+    files, record_shard = expand_files(files), None
+    if shard is not None:
+        from queuekit.cluster.inputs import shard_files
+        files, record_shard = shard_files(files, shard)
     if record_shard and parse_fn is not None and not read_many:
         raise ValueError("shard_by='record' with parse_fn needs read_many (parse_fn then "
                          "gets a vector of records, the shard's share of each read)")
-    device = worker_device()  # once: on a cluster each call adds a probe op to the graph
+    device = input_device()  # once: on a cluster each call adds a probe op to the graph
     kind = _compression(files, compression)
     if check_framing:
         check_files(files)
@@ -214,7 +195,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         def parse(serialized, _keys):
             return parse_fn(serialized)
     else:
-        size = None if image_size is None else _pair(image_size)
+        size = None if image_size is None else image_size_pair(image_size)
         layout = record_layout(files, image_shape, schema, DecodeOptions(
             size, dct_method, None if random_crop is None else tuple(random_crop), seed))
         raw_bytes = layout.image_bytes if layout.fmt == "raw" else None
@@ -232,6 +213,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         def parsed(keys, serialized):
             tensors = parse(serialized, keys)
             if work_queue:  # the session counts each file's records out of the batch queue
+                from queuekit.cluster.inputs import file_of
                 tensors = dict(tensors, **{FILE_KEY: file_of(keys)})
             return tensors
 
@@ -245,11 +227,19 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
     return batch
 
 
-def _pair(size) -> tuple[int, int]:
-    h, w = (size, size) if isinstance(size, int) else (int(v) for v in size)
-    if h < 1 or w < 1:
-        raise ValueError(f"image_size must be positive, not {size}")
-    return h, w
+def _cluster_options(shard, work_queue,
+                     spelled_before) -> tuple[Shard | None, WorkQueueInput | None]:
+    """(Shard or None, WorkQueueInput or None) from a builder's arguments; the cluster's
+    module is loaded only when one is given."""
+    if shard is None and work_queue is None and not spelled_before:
+        return None, None
+    from queuekit.cluster.inputs import Shard, WorkQueueInput
+    shard = Shard.of(shard, spelled_before.get("shard_by"))
+    work_queue = WorkQueueInput.of(work_queue, spelled_before.get("lost_after_secs"),
+                                   spelled_before.get("on_lost"))
+    if work_queue and shard is not None:
+        raise ValueError("give shard or work_queue, not both")
+    return shard, work_queue
 
 
 def _records(reader, filename_queue, read_many, record_shard):
@@ -258,79 +248,7 @@ def _records(reader, filename_queue, read_many, record_shard):
         return reader.read(filename_queue)
     keys, serialized = reader.read_up_to(filename_queue, read_many)
     if record_shard:
+        from queuekit.cluster.inputs import keep_shard
         mine = keep_shard(keys, record_shard)
         keys, serialized = tf.boolean_mask(keys, mine), tf.boolean_mask(serialized, mine)
     return keys, serialized
-
-
-def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
-                         num_epochs: int | None = None, shuffle: bool = False,
-                         seed: int | None = None, num_threads: int | str = 1,
-                         capacity: int | None = None, normalize: bool = True,
-                         max_threads: int | None = None,
-                         allow_smaller_final_batch: bool | None = None,
-                         prefetch: int | None = None,
-                         name: str | None = None) -> dict[str, tf.Tensor]:
-    """Batches read straight from a class-per-folder image tree.
-
-    ``slice_input_producer`` over the paths and labels of
-    :func:`~queuekit.scan_image_folder`, ``read_file``, ``decode_image`` with 3
-    channels (first frame of animations), resize to ``image_size`` = (height,
-    width). Only formats TensorFlow decodes are listed (jpg, png, gif, bmp);
-    an alpha channel is dropped, not composited (``make`` composites it).
-    Returns ``image``, ``label`` and ``filename``. ``num_threads="auto"`` builds
-    ``max_threads`` (default: 8, or the cores up to 16) and lets the session's
-    tuner keep only as many running as raise the rate. ``allow_smaller_final_batch``
-    and ``prefetch``: as in :func:`tfrecord_batches` (by default 2 with ``num_threads="auto"``).
-    """
-    Batching(batch_size=batch_size, prefetch=prefetch)  # checks them
-    prefetch = ready_count(prefetch, num_threads)
-    num_threads, tuned = resolve_count("num_threads", num_threads, max_threads)
-    folder = source if isinstance(source, ImageFolder) else scan_image_folder(
-        source, extensions=TF_IMAGE_EXTENSIONS)
-    h, w = _pair(image_size)
-    capacity = capacity_for(capacity, batch_size, h * w * 3)
-    with quiet_deprecations(), worker_inputs(), tf.name_scope(name or "image_folder_batches"):
-        # The producer carries each image's index (for its label); its name is the record.
-        queue, position = epoch_files(
-            folder.paths, num_epochs, shuffle, seed, items=[b"%d" % i for i in range(
-                len(folder.paths))], position_name=_v1.get_default_graph().get_name_scope())
-        # As bytes: a name that is not UTF-8 is kept, not a UnicodeEncodeError.
-        paths = tf.constant([os.fsencode(p) for p in folder.paths])
-
-        def next_image():
-            index = tf.strings.to_number(queue.dequeue(), tf.int32)
-            return tf.strings.join([tf.gather(paths, index), ":0"]), index
-
-        key, index = reads(position, next_image, many=False)
-        path = tf.gather(paths, index)
-        label = tf.gather(tf.constant(folder.labels, tf.int32), index)
-        contents = tf.io.read_file(path)
-        # decode_image's own error does not say which file; check the magic bytes first.
-        known = tf.reduce_any(tf.stack([
-            tf.equal(tf.strings.substr(contents, 0, len(magic)), magic)
-            for magic in (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM")]))
-        check = tf.debugging.Assert(known, ["not a JPEG, PNG, GIF or BMP image:", path])
-        with tf.control_dependencies([check]):
-            image = tf.io.decode_image(contents, channels=3, expand_animations=False)
-        image = resized(image, (h, w))
-        image.set_shape([h, w, 3])
-        tensors = {"image": image, "label": label, POSITION_KEY: key,
-                   "filename": tf.strings.regex_replace(
-                       path, "^" + _regex_escape(folder.root.rstrip(os.sep) + os.sep), "")}
-        if shuffle:
-            capacity, min_after = shuffle_sizes(capacity, None, batch_size)
-        else:
-            min_after = None
-        batch = make_batch([tensors], batch_size=batch_size, shuffle=shuffle, seed=seed,
-                           capacity=capacity, min_after_dequeue=min_after,
-                           allow_smaller=keeps_last_batch(allow_smaller_final_batch, num_epochs),
-                           enqueue_many=False,
-                           num_threads=num_threads)
-        if tuned:
-            mark_tuned()
-        return deliver(batch, normalize=normalize, prefetch=prefetch, position=position)
-
-
-def _regex_escape(text: str) -> str:
-    return "".join("\\" + c if c in r".^$*+?{}[]\|()" else c for c in text)

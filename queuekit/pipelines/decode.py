@@ -125,3 +125,11 @@ def _random_crop(contents, channels, options: DecodeOptions):
         return tf.slice(image, begin, size)
 
     return tf.cond(tf.io.is_jpeg(contents), jpeg, other)
+
+
+def image_size_pair(size) -> tuple[int, int]:
+    """(height, width) of an ``image_size``: one int for both, or a pair."""
+    h, w = (size, size) if isinstance(size, int) else (int(v) for v in size)
+    if h < 1 or w < 1:
+        raise ValueError(f"image_size must be positive, not {size}")
+    return h, w
