@@ -1,7 +1,7 @@
 """What the input position costs: records/s with it against queuekit before it, and the
 size of the state a checkpoint carries.
 
-    python benchmarks/bench_resume.py [--baseline REV] [--records 2000] [--rounds 9]
+    python benchmarks/experiments/bench_resume.py [--baseline REV] [--records 2000] [--rounds 9]
 
 Workload (a) of docs/benchmarks.rst: 256x256x3 raw records written by `make`,
 batches of 32 consumed in the graph (a reduce_sum, as a step would), one
@@ -23,7 +23,7 @@ import tempfile
 
 import numpy as np
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 CHILD = r"""
 import json, sys, time
 import tensorflow as tf

@@ -1,6 +1,7 @@
 """Where the CPU goes, per thread: queuekit's rows against tf.data vectorised, one run.
 
-    python benchmarks/bench_threads.py [--size 256] [--records 2000] [--seconds 4] [--rounds 3]
+    python benchmarks/experiments/bench_threads.py [--size 256] [--records 2000] [--seconds 4]
+        [--rounds 3]
 
 Writes --records raw images of --size x --size x 3 (``make``'s records), then
 runs each configuration in its own process: warm up, then read every thread's
@@ -28,7 +29,7 @@ import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 CONFIGS = {
     "queuekit readers=2 read_many=0": {"kind": "queuekit", "readers": 2, "read_many": None},

@@ -1,7 +1,7 @@
 """Records/s of workload (a) on several checkouts of queuekit, interleaved: what a change
 costs, or what one part of it costs (a copy of the code with that part switched off).
 
-    python benchmarks/bench_ab.py NAME=PATH NAME=PATH... [--rounds 5] [--seconds 4]
+    python benchmarks/experiments/bench_ab.py NAME=PATH NAME=PATH... [--rounds 5] [--seconds 4]
                                   [--size 256] [--configs 2:0,1:64]
 
 Each PATH is a checkout (``git worktree add --detach PATH REV``, edited or not);

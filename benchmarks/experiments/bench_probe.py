@@ -1,7 +1,7 @@
 """What the tuner's probes cost on 12 KB records read 64 a step: the fixed row against
 ``auto`` and against the same ``auto`` graph with its tuner held where it starts.
 
-    python benchmarks/bench_probe.py [--rounds 8] [--seconds 2] [--repeat 2]
+    python benchmarks/experiments/bench_probe.py [--rounds 8] [--seconds 2] [--repeat 2]
 
 Workload (s) of ``bench_autotune.py`` (4,000 images made at 64x64), one reader
 thread of 64 records a read, ``prefetch=2``; each configuration in its own
@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 CONFIGS = {
     "fixed 1 reader": {"readers": 1},

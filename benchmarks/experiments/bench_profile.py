@@ -1,7 +1,7 @@
 """What "where the time goes" costs per step, and its verdict on an input-bound and a
 step-bound loop.
 
-    python benchmarks/bench_profile.py [--baseline REV] [--rounds 9] [--seconds 4]
+    python benchmarks/experiments/bench_profile.py [--baseline REV] [--rounds 9] [--seconds 4]
 
 Workload (a) of docs/benchmarks.rst (256x256x3 raw records written by `make`,
 batches of 32 consumed in the graph). Three measurements:

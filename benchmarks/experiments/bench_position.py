@@ -3,8 +3,9 @@ it, alternated for many rounds, so that a cost of a percent or two shows through
 machine's noise (a measurement's CPU per record spreads about 8% between runs of the same
 code; one process per measurement adds its own malloc state to that).
 
-    python benchmarks/bench_position.py [--rounds 100] [--seconds 3] [--configs 2:0]
-    perf record -F 499 -- python benchmarks/bench_position.py --only on --rounds 1 --seconds 15
+    python benchmarks/experiments/bench_position.py [--rounds 100] [--seconds 3] [--configs 2:0]
+    perf record -F 499 -- python benchmarks/experiments/bench_position.py --only on \
+        --rounds 1 --seconds 15
 
 Each round builds both pipelines, each in its own graph and ``QueueSession``, in an
 order drawn anew, and measures the records/s and the process's CPU time per record of

@@ -1,7 +1,7 @@
 """Workload (a) under glibc malloc's default and with its thresholds set in the
 environment, one process per measurement, interleaved.
 
-    python benchmarks/bench_malloc.py [--rounds 3] [--configs 1:64,2:0]
+    python benchmarks/experiments/bench_malloc.py [--rounds 3] [--configs 1:64,2:0]
 
 glibc serves an allocation above its mmap threshold (128 KiB at start, raised as
 large blocks are freed) with fresh pages from the kernel, faulted in on first

@@ -1,8 +1,8 @@
 """A copy of this checkout with the input position switched off: the baseline against which
 ``bench_ab.py`` measures what the position costs, on the same code otherwise.
 
-    python benchmarks/position_off.py DEST [--rev HEAD]
-    python benchmarks/bench_ab.py off=DEST on=. --rounds 12 --configs 2:0,1:64,2:batch
+    python benchmarks/experiments/position_off.py DEST [--rev HEAD]
+    python benchmarks/experiments/bench_ab.py off=DEST on=. --rounds 12 --configs 2:0,1:64,2:batch
 
 ``git worktree add --detach DEST REV``, then one edit to
 ``queuekit/pipelines/batching.py``: the builders' readers take
@@ -15,7 +15,7 @@ import argparse
 import os
 import subprocess
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 ON = """            filename_queue, position = epoch_files(
                 files, opts.num_epochs, opts.shuffle, opts.seed, position_name=scope,
                 fixed=fixed)
