@@ -298,8 +298,9 @@ def check_framing(path: str, offsets: list[int] | None = None) -> Corruption | N
             (length,) = struct.unpack("<Q", header[:8])
             end = pos + 16 + length
             if end > size:
+                # The bytes of its data there, as scan_records counts them (not its footer's).
                 return Corruption(index, pos, f"truncated: record of {length} bytes cut at "
-                                              f"{max(0, size - pos - 12)}")
+                                              f"{min(length, max(0, size - pos - 12))}")
             if offsets is not None:
                 offsets.append(pos)
             pos, index = end, index + 1
