@@ -8,8 +8,8 @@ The worker must still end with the command.
 import subprocess
 import sys
 
-from queuekit.program import Terminated, signals_end_the_command
-from queuekit.records.guard import workers_end_first
+from queuekit.cli.program import Terminated, signals_end_the_command
+from queuekit.signals import workers_end_first
 
 MARKER = "queuekit-test-orphaned-worker"
 

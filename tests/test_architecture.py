@@ -9,10 +9,9 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "queuekit"
 # Lower layers never import higher ones: tools -> session/pipelines -> cluster -> records,
 # features (the plug-in point) -> graph_keys
 # -> errors (cluster's threads count records; records knows nothing of a cluster).
-LAYERS = {"errors": 0, "version": 0, "graph_keys": 0, "lazy": 0, "features": 1, "records": 1,
-          "cluster": 2,
-          "pipelines": 3, "session": 3, "bench": 4, "bench_command": 4, "demo": 4, "cli": 4,
-          "program": 4, "arguments": 4, "slim": 4, "__init__": 5, "__main__": 5}
+LAYERS = {"errors": 0, "version": 0, "graph_keys": 0, "lazy": 0, "signals": 0, "features": 1,
+          "records": 1, "cluster": 2, "pipelines": 3, "session": 3, "bench": 4, "demo": 4,
+          "cli": 4, "slim": 4, "__init__": 5, "__main__": 5}
 # A module read in one sitting. Not a target: a cap near the typical size cut modules into
 # fragments (#29); this one only catches a module that grew into several.
 MAX_LINES = 500

@@ -15,9 +15,9 @@ import queuekit as qk
 from queuekit.records import commit as commit_module
 from queuekit.records.example import decode_example
 from queuekit.records.files import expand_files
-from queuekit.records.guard import first_signal_ends
 from queuekit.records.labels import read_labels
 from queuekit.records.tfrecord import scan_records
+from queuekit.signals import first_signal_ends
 from tests.helpers import default_signals, descendants, gone, patience, run_script
 from tests.imagefactory import make_mixed_folder, rgb
 
@@ -448,7 +448,7 @@ def test_a_ctrl_c_after_the_command_ended_does_not_change_its_exit(tmp_path):
 _CTRL_C_IN_A_WORKER_START = """
 import multiprocessing, os, sys
 import queuekit as qk
-from queuekit.records.guard import descendants
+from queuekit.signals import descendants
 
 try:
     qk.write_tfrecords(sys.argv[1], sys.argv[2], image_size=8, workers=2, progress=False)

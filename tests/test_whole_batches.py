@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import queuekit as qk
-from queuekit.arguments import read_counts
+from queuekit.cli.arguments import read_counts
 from queuekit.session import profile
 from tests.helpers import (
     ID_PER_FILE,

@@ -10,7 +10,7 @@ import contextlib
 import logging
 
 from queuekit.errors import DatasetError, ImageDecodeError, MissingDependencyError
-from queuekit.records.guard import workers_end_first
+from queuekit.signals import workers_end_first
 
 INSTALL = "pip install 'queuekit[beam]'"
 LOCAL_RUNNERS = ("beam", "DirectRunner")

@@ -28,8 +28,9 @@ from queuekit.errors import (
 )
 from queuekit.records.example import decode_example
 from queuekit.records.files import atomic_write, expand_files
-from queuekit.records.guard import exclusive, first_signal_ends, signals_deferred
+from queuekit.records.guard import exclusive
 from queuekit.records.tfrecord import Corruption, scan_records
+from queuekit.signals import first_signal_ends, signals_deferred
 
 log = logging.getLogger(__name__)
 

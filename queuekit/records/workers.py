@@ -22,9 +22,9 @@ import types
 from collections.abc import Iterator
 
 from queuekit.records.encode import make_example
-from queuekit.records.guard import signals_deferred
 from queuekit.records.images import encode, load_rgb_image
 from queuekit.records.tfrecord import frame
+from queuekit.signals import signals_deferred
 
 log = logging.getLogger("queuekit.records.writer")
 

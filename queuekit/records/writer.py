@@ -32,10 +32,10 @@ from queuekit.records.commit import (
 from queuekit.records.encode import FORMATS, WRITE_SCHEMAS
 from queuekit.records.files import temp_beside
 from queuekit.records.folder import ImageFolder, scan_image_folder
-from queuekit.records.guard import first_signal_ends, signals_deferred
 from queuekit.records.images import MAX_PIXELS
 from queuekit.records.labels import write_labels
 from queuekit.records.workers import check_not_bootstrapping, copy_bytes, encoded_chunks
+from queuekit.signals import first_signal_ends, signals_deferred
 
 log = logging.getLogger(__name__)
 

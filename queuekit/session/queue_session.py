@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
-import warnings
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -28,13 +26,11 @@ from queuekit.session.start import (
     served_task,
     session_config,
 )
-from queuekit.session.threads import SessionThreads
+from queuekit.session.threads import SessionThreads, abandoned, close_session
 
 if TYPE_CHECKING:
     from queuekit.session.profile import InputReport
     from queuekit.session.tuner import Tuning
-
-log = logging.getLogger(__name__)
 
 DEFAULT_STOP_GRACE_SECS = 2.0
 INTERRUPTED_GRACE_SECS = 2.0  # the most a shutdown after Ctrl-C waits for a thread
@@ -388,7 +384,7 @@ class QueueSession(SessionInterface):
             self._hook_session = observed(sess, running.observers)
             running.created(restored)
         # Dropped without close(): warn as an unclosed file does, and stop the threads.
-        self._finalizer = weakref.finalize(self, _abandoned, running, self._pid)
+        self._finalizer = weakref.finalize(self, abandoned, running, self._pid)
         self._finalizer.atexit = False  # at exit the daemon threads just end with the process
         self._running = running
         running.start()
@@ -410,7 +406,7 @@ class QueueSession(SessionInterface):
         if running is None:  # never started: no thread, nothing pending
             self._closed = True
             if self._sess is not None:
-                _close_session(self._sess, self._target, time.monotonic() + grace)
+                close_session(self._sess, self._target, time.monotonic() + grace)
             return
         running.state.closing = True
         stuck: list[str] = []
@@ -427,30 +423,6 @@ class QueueSession(SessionInterface):
             stuck = running.stop(deadline - grace / 2 if self._target else deadline)
             self._closed = True
             if not stuck or self._target:
-                _close_session(self._sess, self._target, deadline)
+                close_session(self._sess, self._target, deadline)
                 stuck = running.still_alive(deadline) if stuck else []
         running.policy.after_close(body_failed=body_failed, stuck=stuck, grace=grace)
-
-
-def _close_session(sess, target: str, deadline: float) -> None:
-    """``sess.close()``, by ``deadline`` for a remote one: TF's close of a session whose
-    master or ps died blocks for ever (the job would hang at its end)."""
-    if not target:
-        sess.close()
-        return
-    closing = threading.Thread(target=sess.close, name="queuekit-close", daemon=True)
-    closing.start()
-    closing.join(max(0.1, deadline - time.monotonic()))
-    if closing.is_alive():
-        log.warning("closing the session on %s did not finish in time (its master or a "
-                    "ps is gone?): left to a daemon thread", target)
-
-
-def _abandoned(threads: SessionThreads, pid: int) -> None:
-    """The finalizer of a QueueSession that was started and never closed."""
-    if os.getpid() != pid:
-        return
-    warnings.warn(f"a QueueSession was dropped without close(): its {len(threads.runners.threads)} "
-                  f"runner threads are stopped now; use `with qk.QueueSession() as qs:` or call "
-                  f"qs.close()", ResourceWarning, stacklevel=2)
-    threads.abandon()

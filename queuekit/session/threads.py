@@ -14,7 +14,11 @@ be closed, because closing it under a running step would block.
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +31,8 @@ from queuekit.session.queue_ops import queue_ops, sync_tokens
 from queuekit.session.reads import ReadsCache
 from queuekit.session.runners import RunnerSet
 from queuekit.session.stall import StallWatch
+
+log = logging.getLogger(__name__)
 
 
 class SessionThreads:
@@ -177,3 +183,27 @@ class SessionThreads:
 
 def _left(deadline: float) -> float:
     return max(0.0, deadline - time.monotonic())
+
+
+def close_session(sess, target: str, deadline: float) -> None:
+    """``sess.close()``, by ``deadline`` for a remote one: TF's close of a session whose
+    master or ps died blocks for ever (the job would hang at its end)."""
+    if not target:
+        sess.close()
+        return
+    closing = threading.Thread(target=sess.close, name="queuekit-close", daemon=True)
+    closing.start()
+    closing.join(max(0.1, deadline - time.monotonic()))
+    if closing.is_alive():
+        log.warning("closing the session on %s did not finish in time (its master or a "
+                    "ps is gone?): left to a daemon thread", target)
+
+
+def abandoned(threads: SessionThreads, pid: int) -> None:
+    """The finalizer of a QueueSession that was started and never closed."""
+    if os.getpid() != pid:
+        return
+    warnings.warn(f"a QueueSession was dropped without close(): its {len(threads.runners.threads)} "
+                  f"runner threads are stopped now; use `with qk.QueueSession() as qs:` or call "
+                  f"qs.close()", ResourceWarning, stacklevel=2)
+    threads.abandon()

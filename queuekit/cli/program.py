@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 
-from queuekit.records.guard import ENDING, handlers_replaced
+from queuekit.signals import ENDING, handlers_replaced
 
 
 class Terminated(BaseException):

@@ -20,15 +20,15 @@ import os
 import signal
 import sys
 
-from queuekit.arguments import (
+from queuekit.cli.arguments import (
     beam_option,
     check_beam_flags,
     positive,
     show_progress,
     size,
 )
-from queuekit.bench_command import add_bench_parser
-from queuekit.program import (
+from queuekit.cli.bench import add_bench_parser
+from queuekit.cli.program import (
     Terminated,
     ignore_ending_signals,
     quiet_tensorflow,

@@ -6,7 +6,7 @@ import importlib.util
 import os
 import sys
 
-from queuekit.arguments import (
+from queuekit.cli.arguments import (
     check_writable,
     ints,
     non_negative,
