@@ -51,13 +51,13 @@ if TYPE_CHECKING:  # type checkers see the real names; at run time _WHERE loads 
     from queuekit.pipelines.image_folders import image_folder_batches
     from queuekit.pipelines.layout import RecordLayout, record_layout
     from queuekit.pipelines.padding import pad_last_batch
-    from queuekit.records.beam_make import write_tfrecords_beam
+    from queuekit.records.beam.launch import write_tfrecords_beam
     from queuekit.records.export import ExportReport, export_images
     from queuekit.records.folder import ImageFolder, scan_image_folder
     from queuekit.records.inspect import InspectReport, inspect_tfrecords
-    from queuekit.records.labels import read_labels
+    from queuekit.records.make.labels import read_labels
+    from queuekit.records.make.writer import WriteReport, write_tfrecords
     from queuekit.records.schema import SCHEMAS, RecordSchema
-    from queuekit.records.writer import WriteReport, write_tfrecords
     from queuekit.session.monitored import monitored_training_session
     from queuekit.session.preemption import PreemptionCheckpointHook
     from queuekit.session.profile import InputReport, InputReportHook
@@ -107,10 +107,10 @@ _WHERE = {
     "BenchReport": "queuekit.bench",
     "ImageFolder": "queuekit.records.folder",
     "scan_image_folder": "queuekit.records.folder",
-    "write_tfrecords": "queuekit.records.writer",
-    "WriteReport": "queuekit.records.writer",
-    "write_tfrecords_beam": "queuekit.records.beam_make",
-    "read_labels": "queuekit.records.labels",
+    "write_tfrecords": "queuekit.records.make.writer",
+    "WriteReport": "queuekit.records.make.writer",
+    "write_tfrecords_beam": "queuekit.records.beam.launch",
+    "read_labels": "queuekit.records.make.labels",
     "export_images": "queuekit.records.export",
     "ExportReport": "queuekit.records.export",
     "inspect_tfrecords": "queuekit.records.inspect",
@@ -144,7 +144,7 @@ __all__ = [
 
 
 def _check_tensorflow() -> None:
-    # Here, not on import: Beam's workers import queuekit.records.beam_fn, which needs no
+    # Here, not on import: Beam's workers import queuekit.records.beam.fn, which needs no
     # TensorFlow, where none is installed.
     if not _has_tensorflow():
         raise ImportError(_NO_TENSORFLOW)

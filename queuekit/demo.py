@@ -60,7 +60,7 @@ def run_demo(workdir: str = "queuekit-demo", images: int = 600, *, bench: bool =
     from queuekit.pipelines.builders import tfrecord_batches
     from queuekit.records.export import export_images
     from queuekit.records.folder import scan_image_folder
-    from queuekit.records.writer import write_tfrecords
+    from queuekit.records.make.writer import write_tfrecords
     from queuekit.session.queue_session import QueueSession
 
     def say(text):

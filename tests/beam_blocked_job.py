@@ -11,7 +11,7 @@ import time
 import apache_beam as beam
 
 from queuekit.cli.program import Terminated, signals_end_the_command
-from queuekit.records.beam_job import pipeline_options, run_job
+from queuekit.records.beam.job import pipeline_options, run_job
 
 
 class Busy(beam.DoFn):

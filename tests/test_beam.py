@@ -35,7 +35,7 @@ from tests.imagefactory import bad_files, make_mixed_folder, rgb
 pytestmark = [pytest.mark.beam, pytest.mark.slow]
 pytest.importorskip("apache_beam")
 
-from queuekit.records.beam_make import write_tfrecords_beam  # noqa: E402
+from queuekit.records.beam.launch import write_tfrecords_beam  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -67,7 +67,7 @@ def test_workers_need_no_tensorflow(tmp_path):
     Image.fromarray(rgb(10, 10)).save(image)
     task = json.dumps([str(image), [8, 8], "raw", 0, "a", "a/a.png", "queuekit"])
     code = (without_module("tensorflow") +
-            "from queuekit.records.beam_fn import EncodeImage\n"
+            "from queuekit.records.beam.fn import EncodeImage\n"
             f"out = list(EncodeImage(False).process({task!r}))\n"
             "print(len(out), type(out[0]).__name__, len(out[0]))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -8,11 +8,12 @@ import pytest
 from PIL import Image
 
 import queuekit as qk
-from queuekit.records import images, writer
+from queuekit.records import images
 from queuekit.records.example import decode_example
 from queuekit.records.files import expand_files
+from queuekit.records.make import writer
+from queuekit.records.make.workers import copy_bytes
 from queuekit.records.tfrecord import Record, scan_records
-from queuekit.records.workers import copy_bytes
 from tests.helpers import patience
 from tests.imagefactory import bad_files, exif_rotated_jpeg, make_mixed_folder, rgb
 
@@ -263,7 +264,7 @@ def test_the_worker_module_imports_no_tensorflow():
     import subprocess
     import sys
 
-    code = "import sys, queuekit.records.workers; print('tensorflow' in sys.modules)"
+    code = "import sys, queuekit.records.make.workers; print('tensorflow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"

@@ -12,10 +12,10 @@ import pytest
 from PIL import Image
 
 import queuekit as qk
-from queuekit.records import commit as commit_module
 from queuekit.records.example import decode_example
 from queuekit.records.files import expand_files
-from queuekit.records.labels import read_labels
+from queuekit.records.make import commit as commit_module
+from queuekit.records.make.labels import read_labels
 from queuekit.records.tfrecord import scan_records
 from queuekit.signals import first_signal_ends
 from tests.helpers import default_signals, descendants, gone, patience, run_script
@@ -225,7 +225,7 @@ def test_a_huge_size_is_refused_up_front(tmp_path):
 
 def test_disk_full_names_the_output(tmp_path, monkeypatch):
     """A write error names the output file it was writing."""
-    from queuekit.records import writer
+    from queuekit.records.make import writer
 
     make_mixed_folder(tmp_path / "src")
 
@@ -347,7 +347,7 @@ def test_an_image_replaced_by_a_fifo_after_the_listing_is_skipped():
     """The loader itself refuses a FIFO (the listing and the read are apart in time)."""
     import tempfile
 
-    from queuekit.records.workers import encode_example
+    from queuekit.records.make.workers import encode_example
 
     with tempfile.TemporaryDirectory() as tmp:
         fifo = os.path.join(tmp, "x.png")

@@ -76,7 +76,7 @@ def _run_bench(args) -> int:
     from queuekit.bench import REFERENCES, benchmark
     from queuekit.demo import generate_images
     from queuekit.errors import MissingDependencyError
-    from queuekit.records.writer import write_tfrecords
+    from queuekit.records.make.writer import write_tfrecords
 
     compare = [c for c in args.compare.split(",") if c and c != "none"]
     bad = [c for c in compare if c not in REFERENCES]

@@ -73,7 +73,7 @@ def add_make_parser(sub) -> None:
 def _run_make(args) -> int:
     if args.runner == "local":
         from queuekit.records.folder import scan_image_folder
-        from queuekit.records.writer import write_tfrecords
+        from queuekit.records.make.writer import write_tfrecords
 
         folder = scan_image_folder(args.image_dir, shuffle=args.shuffle, seed=args.seed)
         report = write_tfrecords(folder, args.output, image_size=args.size,
@@ -90,7 +90,7 @@ def _run_make(args) -> int:
 
 
 def _make_with_beam(args, flags):
-    from queuekit.records.beam_make import write_tfrecords_beam
+    from queuekit.records.beam.launch import write_tfrecords_beam
 
     beam_log = logging.getLogger("apache_beam")
     level = beam_log.level

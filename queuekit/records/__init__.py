@@ -9,24 +9,24 @@ from typing import TYPE_CHECKING
 from queuekit.lazy import exports
 
 if TYPE_CHECKING:  # type checkers see the real names; at run time _WHERE loads them
-    from queuekit.records.beam_make import write_tfrecords_beam
+    from queuekit.records.beam.launch import write_tfrecords_beam
     from queuekit.records.export import ExportReport, export_images
     from queuekit.records.folder import ImageFolder, scan_image_folder
     from queuekit.records.inspect import InspectReport, inspect_tfrecords
-    from queuekit.records.labels import read_labels
-    from queuekit.records.writer import WriteReport, write_tfrecords
+    from queuekit.records.make.labels import read_labels
+    from queuekit.records.make.writer import WriteReport, write_tfrecords
 
 _WHERE = {
-    "write_tfrecords": "queuekit.records.writer",
-    "WriteReport": "queuekit.records.writer",
-    "write_tfrecords_beam": "queuekit.records.beam_make",
+    "write_tfrecords": "queuekit.records.make.writer",
+    "WriteReport": "queuekit.records.make.writer",
+    "write_tfrecords_beam": "queuekit.records.beam.launch",
     "export_images": "queuekit.records.export",
     "ExportReport": "queuekit.records.export",
     "inspect_tfrecords": "queuekit.records.inspect",
     "InspectReport": "queuekit.records.inspect",
     "scan_image_folder": "queuekit.records.folder",
     "ImageFolder": "queuekit.records.folder",
-    "read_labels": "queuekit.records.labels",
+    "read_labels": "queuekit.records.make.labels",
 }
 __all__ = list(_WHERE)
 __getattr__, __dir__ = exports(globals(), _WHERE)

@@ -28,7 +28,7 @@ from queuekit.errors import (
 )
 from queuekit.records.example import decode_example
 from queuekit.records.files import atomic_write, expand_files
-from queuekit.records.guard import exclusive
+from queuekit.records.make.guard import exclusive
 from queuekit.records.tfrecord import Corruption, scan_records
 from queuekit.signals import first_signal_ends, signals_deferred
 

@@ -70,7 +70,7 @@ def temp_beside(final: str) -> str:
     """
     folder, name = os.path.split(os.path.abspath(final))
     while True:
-        # The pid lets a later run tell a dead writer's leftovers (records.commit).
+        # The pid lets a later run tell a dead writer's leftovers (records.make.commit).
         tmp = os.path.join(folder, f".{name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
         try:
             os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))

@@ -3,7 +3,7 @@
 The launcher lists the folder, assigns labels and class names once, the same
 way as the local writer, and writes one task line per image to a staging
 folder beside the output. The pipeline reads the task lines, runs the local
-writer's per-image function on the workers (:mod:`queuekit.records.beam_fn`)
+writer's per-image function on the workers (:mod:`queuekit.records.beam.fn`)
 and writes the shards with ``WriteToTFRecord`` into the staging folder. Only
 once the job succeeded, and its shards hold exactly the records its counter
 says were written, are the shards, the skipped list, the labels and (last)
@@ -25,18 +25,18 @@ import os
 import time
 
 from queuekit.errors import DatasetError, OutputExistsError
-from queuekit.records.beam_job import (
+from queuekit.records.beam.job import (
     build_pipeline,
     import_beam,
     pipeline_options,
     root_logger_kept,
     run_job,
 )
-from queuekit.records.beam_store import OutputStore
-from queuekit.records.commit import manifest_path, manifest_text, skipped_path
+from queuekit.records.beam.store import OutputStore
 from queuekit.records.folder import ImageFolder, folder_from_listing, scan_image_folder
-from queuekit.records.labels import labels_text
-from queuekit.records.writer import (
+from queuekit.records.make.commit import manifest_path, manifest_text, skipped_path
+from queuekit.records.make.labels import labels_text
+from queuekit.records.make.writer import (
     WriteReport,
     check_listing,
     check_options,
@@ -50,7 +50,7 @@ def write_tfrecords_beam(source, output, *, image_size=(256, 256), encoding: str
                          schema: str = "queuekit", shards: int = 1, workers: int | None = None,
                          overwrite: bool = False, strict: bool = False, runner: str = "beam",
                          options=()) -> WriteReport:
-    """:func:`~queuekit.records.writer.write_tfrecords` as a Beam pipeline on ``runner``.
+    """:func:`~queuekit.records.make.writer.write_tfrecords` as a Beam pipeline on ``runner``.
 
     Args:
         runner: ``beam`` or ``DirectRunner`` (this machine, ``workers``

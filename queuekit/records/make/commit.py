@@ -25,7 +25,7 @@ import shutil
 import stat
 
 from queuekit.errors import DatasetError, OutputExistsError
-from queuekit.records.guard import exclusive
+from queuekit.records.make.guard import exclusive
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from queuekit.records.workers import encode_example
+from queuekit.records.make.workers import encode_example
 
 NAMESPACE = "queuekit"
 SKIPPED = "skipped"  # the tag of the images the encoder skipped, with its reason
@@ -27,7 +27,7 @@ class ImageSkipped(ValueError):
 
 
 class EncodeImage(beam.DoFn):
-    """A task line (JSON, see ``records.writer.image_tasks``) -> a serialized Example.
+    """A task line (JSON, see ``records.make.writer.image_tasks``) -> a serialized Example.
 
     An image the local writer would skip goes to the :data:`SKIPPED` output
     as (path, reason), or with ``strict`` fails the job. Anything else raised

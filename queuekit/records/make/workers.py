@@ -26,7 +26,7 @@ from queuekit.records.images import encode, load_rgb_image
 from queuekit.records.tfrecord import frame
 from queuekit.signals import signals_deferred
 
-log = logging.getLogger("queuekit.records.writer")
+log = logging.getLogger("queuekit.records.make.writer")
 
 CHUNK = 8  # images per task sent to a worker
 # copy_file_range errors that mean "not here": fall back to read + write.

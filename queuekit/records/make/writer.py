@@ -19,7 +19,11 @@ from queuekit.errors import (
     OutputExistsError,
     UnreadableFolderError,
 )
-from queuekit.records.commit import (
+from queuekit.records.encode import FORMATS, WRITE_SCHEMAS
+from queuekit.records.files import temp_beside
+from queuekit.records.folder import ImageFolder, scan_image_folder
+from queuekit.records.images import MAX_PIXELS
+from queuekit.records.make.commit import (
     check_output,
     commit,
     manifest_path,
@@ -29,12 +33,8 @@ from queuekit.records.commit import (
     remove_stale,
     spool_prefix,
 )
-from queuekit.records.encode import FORMATS, WRITE_SCHEMAS
-from queuekit.records.files import temp_beside
-from queuekit.records.folder import ImageFolder, scan_image_folder
-from queuekit.records.images import MAX_PIXELS
-from queuekit.records.labels import write_labels
-from queuekit.records.workers import check_not_bootstrapping, copy_bytes, encoded_chunks
+from queuekit.records.make.labels import write_labels
+from queuekit.records.make.workers import check_not_bootstrapping, copy_bytes, encoded_chunks
 from queuekit.signals import first_signal_ends, signals_deferred
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ def shard_paths(output: str, shards: int) -> list[str]:
 
 def labels_path(output: str) -> str:
     """The class-names file beside ``output``: one name per line, in label order (escaped:
-    see :mod:`queuekit.records.labels`)."""
+    see :mod:`queuekit.records.make.labels`)."""
     return output + ".labels.txt"
 
 
@@ -101,10 +101,10 @@ def write_tfrecords(source, output, *, image_size=(256, 256), encoding: str | No
         start_method: how worker processes start: None is forkserver (spawn
             where there is none), which never forks this process and its
             TensorFlow threads; ``fork`` starts faster for a script that
-            imports TensorFlow at its top (see ``records.workers``).
+            imports TensorFlow at its top (see ``records.make.workers``).
 
     Output is written to temporary files in the same folder and committed as
-    one unit when complete (:mod:`queuekit.records.commit`): the shards, then
+    one unit when complete (:mod:`queuekit.records.make.commit`): the shards, then
     ``<output>.labels.txt``, then ``<output>.manifest.json``. An interrupted or
     failed run leaves no output and no temp; the previous dataset of the same
     name (any shard count) is replaced whole with ``overwrite``, or kept whole
@@ -241,8 +241,8 @@ def check_listing(folder: ImageFolder, strict: bool) -> None:
 
 def image_tasks(folder: ImageFolder, size: tuple[int, int], encoding: str,
                 schema: str) -> list[tuple]:
-    """One task per image, in folder order: what :func:`~queuekit.records.workers.encode_example`
-    takes."""
+    """One task per image, in folder order: what
+    :func:`~queuekit.records.make.workers.encode_example` takes."""
     return [(path, size, encoding, folder.labels[i], folder.class_names[folder.labels[i]],
              folder.relative(i), schema) for i, path in enumerate(folder.paths)]
 

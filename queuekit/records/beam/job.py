@@ -36,12 +36,12 @@ def root_logger_kept():
 
 
 def import_beam():
-    """(apache_beam, queuekit.records.beam_fn), or an error naming the extra to install."""
+    """(apache_beam, queuekit.records.beam.fn), or an error naming the extra to install."""
     with root_logger_kept():
         try:
             import apache_beam
 
-            import queuekit.records.beam_fn as beam_fn
+            import queuekit.records.beam.fn as beam_fn
         except ImportError as e:
             raise MissingDependencyError(
                 f"make --runner beam needs Apache Beam: {INSTALL} ({e})") from e
@@ -116,7 +116,7 @@ def run_job(pipeline, strict: bool) -> dict[str, int]:
     from apache_beam.metrics.metric import MetricsFilter
     from apache_beam.runners.runner import PipelineState
 
-    from queuekit.records.beam_fn import NAMESPACE
+    from queuekit.records.beam.fn import NAMESPACE
 
     try:
         with workers_end_first("apache_beam"):  # a signal must not wait for a busy worker
@@ -144,7 +144,7 @@ def skipped_image(error: BaseException) -> str | None:
     its message extended with the step's name; from worker processes it
     arrives as the text of a remote traceback.
     """
-    from queuekit.records.beam_fn import ImageSkipped
+    from queuekit.records.beam.fn import ImageSkipped
 
     seen: BaseException | None = error
     while seen is not None:

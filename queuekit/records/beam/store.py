@@ -10,7 +10,7 @@ import shutil
 import tempfile
 
 from queuekit.errors import DatasetError
-from queuekit.records.commit import (
+from queuekit.records.make.commit import (
     check_output,
     commit,
     output_lock,
@@ -36,7 +36,7 @@ class OutputStore:
         self.folder = self.fs.split(self.output)[0]
 
     def locked(self):
-        """The output's lock (:func:`~queuekit.records.commit.output_lock`); none on an object
+        """The output's lock (:func:`~queuekit.records.make.commit.output_lock`); none on an object
         store, which has no locks: two jobs to one bucket path are the user's to avoid."""
         return contextlib.nullcontext() if self.remote else output_lock(self.output)
 

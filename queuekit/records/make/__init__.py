@@ -1,0 +1,1 @@
+"""`make`: image folders to TFRecord shards, in worker processes, committed whole."""
