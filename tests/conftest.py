@@ -1,4 +1,5 @@
 import os
+import signal
 import threading
 
 import pytest
@@ -7,6 +8,12 @@ import pytest
 # test's session closes a queue under a blocked run) would print amid pytest's dots; set before
 # any test module imports TensorFlow, and inherited by the programs the tests start.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# A shell without job control starts a background command (`cmd &`) with SIGINT ignored, and
+# some CI runners do the same: the tests of Ctrl-C need Python's own handler, as a program
+# run from a terminal has it (the programs the tests start reset theirs, helpers.default_signals).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 _OURS = ("queuekit-", "QueueRunnerThread")
 
