@@ -14,7 +14,7 @@ import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import queuekit as qk  # noqa: E402
-from queuekit.session import position  # noqa: E402
+from queuekit.resume import tally as position  # noqa: E402
 
 v1 = tf.compat.v1
 cfg = json.loads(sys.argv[1])

@@ -117,7 +117,7 @@ def test_a_local_pipeline_s_session_loads_no_feature_it_does_not_use(tmp_path, r
                          capture_output=True, text=True, timeout=patience(120), check=True)
     loaded = set(json.loads(out.stdout.strip().splitlines()[-1]))
     assert {"queuekit.session.checks", "queuekit.session.profile",
-            "queuekit.session.position"} <= loaded
+            "queuekit.resume.tally"} <= loaded
     assert "queuekit.session.work_queues" not in loaded
     assert not [m for m in loaded if m.startswith("queuekit.cluster")]
     assert ("queuekit.session.tuner" in loaded) == (readers == "auto")

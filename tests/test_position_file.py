@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 import queuekit as qk
-from queuekit.session import position_file
+from queuekit.resume import file as position_file
 from tests.helpers import v1, write_id_records
 
 N_FILES, PER_FILE = 4, 30

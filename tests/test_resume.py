@@ -291,7 +291,7 @@ def test_a_file_consumed_whole_is_not_read_again_after_a_restore(tmp_path, files
     a long epoch would pay for all it consumed); only file 1's five records are skipped."""
     from queuekit.graph_keys import GraphKeys, graph_objects
 
-    caplog.set_level("INFO", logger="queuekit.session.position")
+    caplog.set_level("INFO", logger="queuekit.resume.tally")
     prefix = str(tmp_path / "ck" / "model")
     with qk.QueueSession() as qs:
         batch = _ids_batch(files)
@@ -399,7 +399,7 @@ def test_every_step_is_counted_across_drains_and_a_plain_session_counts_nothing(
     lost across a drain; under a plain tf.Session (no queuekit) the graph's queue of
     consumed keys stays empty (nothing would ever drain it)."""
     from queuekit.graph_keys import GraphKeys, graph_objects
-    from queuekit.session import position as session_position
+    from queuekit.resume import tally as session_position
 
     prefix = str(tmp_path / "ck" / "model")
     with qk.QueueSession() as qs:
@@ -561,7 +561,7 @@ def test_an_evaluation_restoring_a_mid_epoch_training_checkpoint_counts_every_re
     with qk.QueueSession() as qs:
         _consume(qs, _ids_batch(files), 7)
         v1.train.Saver().save(qs, str(ckdir / "model"))
-    caplog.set_level("INFO", logger="queuekit.session.position")
+    caplog.set_level("INFO", logger="queuekit.resume.tally")
     with qk.QueueSession(checkpoint_dir=str(ckdir) if restore == "checkpoint_dir" else None) as qs:
         batch = _eval_ids(files)
         if restore == "saver":
@@ -578,7 +578,7 @@ def test_an_evaluation_restoring_a_mid_epoch_training_checkpoint_counts_every_re
 def test_a_graph_trains_with_an_optimizer_or_a_global_step_increment():
     """What counts as training: an optimizer's update, or the global step incremented; a
     graph that only reads the step and computes a metric does not."""
-    from queuekit.session.position import trains
+    from queuekit.resume.tally import trains
 
     def graph(build):
         g = tf.Graph()

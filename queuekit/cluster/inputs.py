@@ -200,5 +200,5 @@ def work_queue_inputs(spec: WorkQueueInput, files, n_readers: int, *, name: str,
     graph_objects(graph, GraphKeys.WORK_QUEUES).append(work)
     # Its threads; and the chief's books go into the checkpoints with the input position.
     install(graph, "queuekit.session.work_queues:WorkQueues")
-    install(graph, "queuekit.session.position:for_session")
+    install(graph, "queuekit.resume.tally:for_session")
     return local, work

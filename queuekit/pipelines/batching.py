@@ -24,13 +24,13 @@ from queuekit.features import install
 from queuekit.graph_keys import FILE_KEY, GraphKeys
 from queuekit.pipelines.graph_care import report_for_finalize, summaries_kept_out
 from queuekit.pipelines.placement import input_device, pinned
-from queuekit.pipelines.position import POSITION_KEY, epoch_files, reads, take_consumed
 from queuekit.pipelines.varlen import (
     element_shapes,
     never_empty,
     shuffled_elements,
     with_lengths,
 )
+from queuekit.resume.graph import POSITION_KEY, epoch_files, reads, take_consumed
 
 if TYPE_CHECKING:
     from queuekit.cluster.inputs import WorkQueueInput
@@ -275,7 +275,7 @@ def file_batches(files, read, opts: Batching, *, read_many: int | str, name: str
     ``next_read()`` builds a read on it, ``(keys, raw)``, and ``parse(keys, raw)``
     the dict of tensors of those records. A pipeline that is not a work queue's
     skips what a restored checkpoint consumed between the two
-    (:mod:`~queuekit.pipelines.position`) and carries each record's key.
+    (:mod:`~queuekit.resume.graph`) and carries each record's key.
     ``fixed``: (record_bytes, header_bytes, footer_bytes) of fixed-length
     records, whose keys number records rather than bytes.
 

@@ -21,8 +21,8 @@ from queuekit.pipelines.batching import (
 )
 from queuekit.pipelines.decode import image_size_pair, resized
 from queuekit.pipelines.placement import input_device, pinned
-from queuekit.pipelines.position import POSITION_KEY, epoch_files, reads
 from queuekit.records.folder import ImageFolder, scan_image_folder
+from queuekit.resume.graph import POSITION_KEY, epoch_files, reads
 
 _v1 = tf.compat.v1
 TF_IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")

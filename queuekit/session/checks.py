@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import logging
 
-import tensorflow as tf
-
 from queuekit.errors import DatasetError
 from queuekit.features import Feature
 from queuekit.graph_keys import GraphKeys, graph_objects
@@ -37,6 +35,7 @@ class InputChecks(Feature):
     def created(self, restored: str | None) -> None:
         self._check()
         if restored and not graph_objects(self.running.graph, GraphKeys.INPUT_POSITIONS):
+            from queuekit.resume.tally import warn_unresumable  # only after a restore
             warn_unresumable(self.running.graph, set(), restored)
 
     def starting(self, runners) -> dict:
@@ -68,15 +67,3 @@ class InputChecks(Feature):
     def describe_stall(self, ops: list) -> str:
         empty = empty_files(self.running.graph, ops)
         return f"; its input files hold no records: {', '.join(empty)}" if empty else ""
-
-
-def warn_unresumable(graph: tf.Graph, ours: set[str], prefix: str) -> None:
-    """Say so when a restored job has input producers queuekit cannot resume (a hand-built
-    ``string_input_producer`` or ``slice_input_producer``)."""
-    theirs = sorted({qr.queue.queue_ref.op.name for qr in
-                     graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
-                     if "input_producer" in qr.queue.queue_ref.op.name} - ours)
-    if theirs:
-        log.warning("restored %s: the input of %s (not built by queuekit's builders) "
-                    "starts over: records read before the checkpoint are read again in this "
-                    "epoch", prefix, ", ".join(theirs))

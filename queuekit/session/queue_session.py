@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from queuekit.errors import EndOfData
 from queuekit.graph_keys import GraphKeys, graph_objects
+from queuekit.graph_walk import checkpoint_run
 from queuekit.session.policy import PartialRun, report_cut_input, run_with_hooks
 from queuekit.session.queue_ops import queue_ops
 from queuekit.session.reads import ReadsCache
@@ -20,7 +21,6 @@ from queuekit.session.runners import QueueStat
 from queuekit.session.start import (
     Initializer,
     SessionInterface,
-    checkpoint_run,
     observed,
     program_graph,
     served_task,
@@ -111,7 +111,7 @@ class QueueSession(SessionInterface):
         hooks: ``tf.compat.v1.train.SessionRunHook`` objects, called as
             ``MonitoredSession`` calls them (on every :meth:`run`).
         resume_input: continue the input of queuekit's builders where the
-            restored checkpoint's steps left it (:mod:`queuekit.session.position`):
+            restored checkpoint's steps left it (:mod:`queuekit.resume.tally`):
             None, in a graph that trains (an evaluation restoring a checkpoint reads
             every record); True, always; False starts it over.
         input_report: count the steps and trace a run now and then for

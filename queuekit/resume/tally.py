@@ -1,7 +1,7 @@
 """The input position: which records the steps consumed, saved with every checkpoint and
 resumed from it, so a killed job delivers every record once per epoch.
 
-For each resumable pipeline of the graph (:mod:`queuekit.pipelines.position`)
+For each resumable pipeline of the graph (:mod:`queuekit.resume.graph`)
 a :class:`Tally` counts, per record, how many times a run took it out of the
 batch queue: the graph puts each batch's reader keys in a queue in the run
 that takes the batch (also a hook's run, or a run on the raw session), and
@@ -42,10 +42,10 @@ import tensorflow as tf
 from queuekit.errors import DatasetError
 from queuekit.features import Feature
 from queuekit.graph_keys import GraphKeys, graph_objects
+from queuekit.graph_walk import checkpoint_run, ops_above
 from queuekit.records.files import atomic_write
 from queuekit.records.tfrecord import check_framing
-from queuekit.session.checks import warn_unresumable
-from queuekit.session.position_file import (
+from queuekit.resume.file import (
     SUFFIX,
     fingerprint,
     identity,
@@ -56,7 +56,6 @@ from queuekit.session.position_file import (
     rle,
     unrle,
 )
-from queuekit.session.start import checkpoint_run, ops_above
 
 log = logging.getLogger(__name__)
 _DRAIN_RUNS = 1000  # runs between two drains of the graph's queue (its memory)
@@ -110,7 +109,7 @@ class Tally:
 
     def matches(self, state: dict[str, Any]) -> dict[str, str] | None:
         """Which of this pipeline's files each file of a checkpoint's pipeline ``state`` is
-        (:func:`~queuekit.session.position_file.match_files`); None: another input."""
+        (:func:`~queuekit.resume.file.match_files`); None: another input."""
         saved = [(str(e[0]), int(e[1]), int(e[2]), str(e[3]) if len(e) > 3 else None)
                  for e in state["files"]]
         now = list(zip(self.files, self.sizes, (len(c) for c in self.counts), self.prints,
@@ -439,3 +438,15 @@ def for_session(running) -> InputPositions | None:
             running.chief and graph_objects(graph, GraphKeys.WORK_QUEUES)):
         return InputPositions(running)
     return None
+
+
+def warn_unresumable(graph: tf.Graph, ours: set[str], prefix: str) -> None:
+    """Say so when a restored job has input producers queuekit cannot resume (a hand-built
+    ``string_input_producer`` or ``slice_input_producer``)."""
+    theirs = sorted({qr.queue.queue_ref.op.name for qr in
+                     graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
+                     if "input_producer" in qr.queue.queue_ref.op.name} - ours)
+    if theirs:
+        log.warning("restored %s: the input of %s (not built by queuekit's builders) "
+                    "starts over: records read before the checkpoint are read again in this "
+                    "epoch", prefix, ", ".join(theirs))

@@ -29,7 +29,7 @@ pipeline (not a work queue's: its chief keeps books of its own) is built with
   more than the queue (``docs/benchmarks.rst``).
 
 The pipeline's :class:`InputPosition` is in
-``graph_objects(graph, GraphKeys.INPUT_POSITIONS)``; ``queuekit.session.position``
+``graph_objects(graph, GraphKeys.INPUT_POSITIONS)``; ``queuekit.resume.tally``
 reads it (the two parts never import each other). In a session that is not
 queuekit's nothing is ever to be skipped and the pipeline reads every record.
 """
@@ -143,7 +143,7 @@ def epoch_files(files, num_epochs: int | None, shuffle: bool, seed: int | None, 
                 whole, tf.ones_like(whole, dtype=tf.int64)))
     graph = _v1.get_default_graph()
     graph_objects(graph, GraphKeys.INPUT_POSITIONS).append(position)
-    install(graph, "queuekit.session.position:for_session")
+    install(graph, "queuekit.resume.tally:for_session")
     return queue, position
 
 
