@@ -33,7 +33,7 @@ import tensorflow as tf  # noqa: E402
 
 import queuekit as qk  # noqa: E402
 from queuekit.pipelines import batching  # noqa: E402
-from queuekit.pipelines.position import POSITION_KEY  # noqa: E402
+from queuekit.resume.graph import POSITION_KEY  # noqa: E402
 
 _v1 = tf.compat.v1
 _REAL = {name: getattr(batching, name)
