@@ -11,14 +11,13 @@ serialize.
 
 from __future__ import annotations
 
-import weakref
-from typing import Any
+import threading
 
 # The batch component naming each record's file in a work queue's pipeline: the builder puts it
 # in, the work queue's session feature fetches it with the run that takes the batch.
 FILE_KEY = "queuekit_work_file"
 
-_OBJECTS: weakref.WeakKeyDictionary[Any, dict[str, list]] = weakref.WeakKeyDictionary()
+_LOCK = threading.RLock()
 
 
 class GraphKeys:
@@ -54,5 +53,21 @@ class GraphKeys:
 def graph_objects(graph, key: str) -> list:
     """The list of ``key``'s objects of ``graph`` (made empty on first use), alive as long
     as the graph is."""
-    return _OBJECTS.setdefault(graph, {}).setdefault(key, [])
+    return on_graph(graph, "_queuekit_objects", dict).setdefault(key, [])
+
+
+def on_graph(graph, name: str, make):
+    """The object called ``name`` kept on ``graph`` (``make()`` the first time), as long as the
+    graph lives.
+
+    On the graph, not in a module-level ``WeakKeyDictionary``: such objects hold the graph's
+    ops, so a dictionary's value would hold its own key and keep every graph, and the session
+    that ran it, alive for good. A cycle through the graph is collected with it.
+    """
+    with _LOCK:
+        value = getattr(graph, name, None)
+        if value is None:
+            value = make()
+            setattr(graph, name, value)
+        return value
 

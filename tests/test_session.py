@@ -10,7 +10,7 @@ import tensorflow as tf
 
 import queuekit as qk
 from queuekit.session.runners import in_own_thread
-from tests.helpers import id_reader_batch, v1, write_id_records
+from tests.helpers import id_reader_batch, v1, write_id_records, write_image_records
 
 
 def _range_batches(n, *, batch_size=7, num_threads=1):
@@ -752,3 +752,28 @@ def test_no_file_descriptor_is_left_by_steps_or_sessions(tmp_path):
     for _ in range(2):
         session(100)
     assert fds() == before
+
+
+def test_a_closed_session_and_its_graph_are_freed(tmp_path):
+    """After close, nothing of queuekit keeps a session, its threads' state or its graph: an
+    evaluation loop opening a graph per checkpoint does not grow (each one was kept for good,
+    by module-level caches whose values held their own graph)."""
+    import gc
+    import weakref
+
+    path = write_image_records(tmp_path / "a.tfrecords", range(16))
+    kept = []
+    for readers in (1, "auto", None):
+        graph = tf.Graph()
+        with graph.as_default():
+            if readers is None:  # hand-built
+                x = v1.train.range_input_producer(10, num_epochs=1, shuffle=False).dequeue()
+            else:
+                x = qk.tfrecord_batches(path, batch_size=4, num_epochs=1, num_readers=readers)
+            with qk.QueueSession(graph) as qs:
+                qs.run(x)
+                kept.append((weakref.ref(graph), weakref.ref(qs.session),
+                             weakref.ref(qs.coordinator)))
+        del graph, x, qs
+    gc.collect()
+    assert [[ref() is None for ref in refs] for refs in kept] == [[True] * 3] * 3

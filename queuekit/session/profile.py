@@ -54,14 +54,17 @@ OP_TRACE_SECS = 10e-6
 INPUT_BOUND = 0.5  # a step waiting this fraction of its time or more is input-bound
 PARTLY = 0.1  # ... at least this fraction: partly
 
-# The started sessions' profiles, by their Coordinator (what a hook is given with the session).
+# The started sessions' profiles, by their Coordinator (what a hook is given with the session),
+# each by a weak reference: the profile reaches the Coordinator (through its session), and a
+# value that holds its own key would keep the session, its graph and its threads forever.
 _PROFILES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def profile_of(coord) -> InputProfile | None:
     """The profile of the queuekit session whose Coordinator is ``coord`` (None for another
     session, e.g. TensorFlow's own ``MonitoredSession``)."""
-    return _PROFILES.get(coord)
+    found = _PROFILES.get(coord)
+    return found() if found is not None else None
 
 
 @dataclasses.dataclass
@@ -198,7 +201,7 @@ class InputProfile(Feature):
         self._random = random.Random(0)  # draws the next traced run; fixed: the same each run
         self.traced_runs = 0
         self.trace_secs = 0.0  # what traced runs cost beyond untraced ones, measured
-        _PROFILES[running.coord] = self
+        _PROFILES[running.coord] = weakref.ref(self)
 
     def before_step(self, reads, options, run_metadata):
         """Count a run about to start; ``(options, run_metadata, traced)`` for it: traced

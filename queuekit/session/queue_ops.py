@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import weakref
 
 import tensorflow as tf
 
+from queuekit.graph_keys import on_graph
 from queuekit.session.reads import ancestors
 
 QUEUE_OP_TYPES = ("FIFOQueueV2", "RandomShuffleQueueV2", "PaddingFIFOQueueV2", "PriorityQueueV2")
@@ -111,17 +111,11 @@ class GraphQueueOps:
         return [h for h in found if h.owned or not owned_only]
 
 
-_BY_GRAPH: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_BY_GRAPH_LOCK = threading.Lock()
 
 
 def queue_ops(graph: tf.Graph) -> GraphQueueOps:
     """The one :class:`GraphQueueOps` of ``graph``; it lives as long as the graph."""
-    with _BY_GRAPH_LOCK:
-        ops = _BY_GRAPH.get(graph)
-        if ops is None:
-            ops = _BY_GRAPH[graph] = GraphQueueOps(graph)
-        return ops
+    return on_graph(graph, "_queuekit_queue_ops", lambda: GraphQueueOps(graph))
 
 
 def _token_enqueue(graph: tf.Graph, queue_op: tf.Operation) -> tf.Operation | None:

@@ -6,12 +6,11 @@ import logging
 import os
 import threading
 import time
-import weakref
 from collections.abc import Sequence
 
 import tensorflow as tf
 
-from queuekit.graph_keys import GraphKeys
+from queuekit.graph_keys import GraphKeys, on_graph
 
 try:  # what Saver.save checks: TF's own base of Session, stable since TF 1.0
     from tensorflow.python.client.session import SessionInterface
@@ -86,15 +85,14 @@ def graph_variables(graph: tf.Graph) -> list:
             + graph.get_collection(_v1.GraphKeys.LOCAL_VARIABLES))
 
 
-# graph -> {variable names: report_uninitialized_variables op}; made once, like queue_ops.
-_REPORTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _REPORTS_LOCK = threading.Lock()
 
 
 def _report_op(graph: tf.Graph, variables: list):
     key = tuple(v.name for v in variables)
     with _REPORTS_LOCK:
-        ops = _REPORTS.setdefault(graph, {})
+        # {variable names: report_uninitialized_variables op}; made once per graph.
+        ops = on_graph(graph, "_queuekit_reports", dict)
         if key not in ops:
             if graph.finalized:
                 return None
