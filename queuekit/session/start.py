@@ -66,8 +66,6 @@ def session_config(graph: tf.Graph, target: str, config):
 def served_task(target):
     """The cluster task behind ``target`` if this process serves it, else None. A local
     session loads no cluster module: only a process that started a server has one."""
-    if isinstance(target, bytes):
-        target = target.decode()
     if not target:
         return None
     from queuekit.cluster.tasks import task_of

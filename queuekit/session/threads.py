@@ -100,12 +100,13 @@ class SessionThreads:
         """Start the graph's queue runners not started yet; True if there were any."""
         runners = self.graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
         new = runners[self._n_runners:]
+        if new:  # their helper ops first: a tuner reads its queue's capacity from them
+            queue_ops(self.graph).update(runners)
         gates: dict[str, Any] = {}
         for f in self.features:  # also with no new runner: a work queue added since
             gates.update(f.starting(new))
         if not new:
             return False
-        queue_ops(self.graph).update(runners)
         self.runners.start(new, gates)
         self._n_runners = len(runners)
         return True
