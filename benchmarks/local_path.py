@@ -1,9 +1,9 @@
 """What the local path runs: from ``tfrecord_batches(...)`` to the first batch and close.
 
 Counts the queuekit files whose code runs on that path (and the lines of those
-files, and the lines that ran), how often each input file is opened (``strace``,
+files, and the lines that ran, per file), how often each input file is opened (``strace``,
 where the machine has it: TensorFlow's readers open files in C++) and how often
-its record headers are walked (``check_framing``, counted in Python)::
+its record headers are walked (``records.tfrecord.walk``, counted in Python)::
 
     python benchmarks/local_path.py [--files 4] [--readers 1]
 
@@ -27,20 +27,20 @@ import collections, json, os, sys, threading
 import numpy as np
 import tensorflow as tf
 import queuekit as qk
-from queuekit.records import tfrecord
+from queuekit.records import files as record_files
 
 files, readers = json.loads(sys.argv[1]), sys.argv[2]
 readers = readers if readers == "auto" else int(readers)
 package = os.path.dirname(qk.__file__) + os.sep
 ran = collections.defaultdict(set)
 walks = collections.Counter()
-framing = tfrecord.check_framing
+walk = record_files.walk
 
 def counted(path, *a, **k):
     walks[path] += 1
-    return framing(path, *a, **k)
+    return walk(path, *a, **k)
 
-tfrecord.check_framing = counted
+record_files.walk = counted
 
 def tracer(frame, event, arg):
     if frame.f_code.co_filename.startswith(package):
@@ -61,7 +61,8 @@ lines = {f: sum(1 for _ in open(f)) for f in ran}
 print(json.dumps({"files": len(ran), "lines_of_those_files": sum(lines.values()),
                   "lines_run": sum(len(v) for v in ran.values()),
                   "header_walks": dict(walks),
-                  "by_file": {os.path.relpath(f, package): lines[f] for f in sorted(ran)}}))
+                  "by_file": {os.path.relpath(f, package): [lines[f], len(ran[f])]
+                              for f in sorted(ran)}}))
 """
 
 

@@ -285,6 +285,48 @@ def test_saver_restore_before_the_first_run_resumes_and_resume_input_false_start
         assert _consume(qs, batch, 1) == [0, 1, 2, 3, 4]
 
 
+def test_each_input_file_is_walked_once_per_process_and_opened_a_bounded_number_of_times(
+        tmp_path, files, monkeypatch):
+    """The build's framing check, its compression, the input position's record places and
+    the next session's check share one walk of each file's headers; a save, a restore and a
+    second session over the same files open each a bounded number of times (in Python)."""
+    import builtins
+
+    from queuekit.records import files as record_files
+    walks, opens = collections.Counter(), collections.Counter()
+    walk, open_, os_open = record_files.walk, builtins.open, os.open
+
+    def counted_walk(path, *a, **k):
+        walks[path] += 1
+        return walk(path, *a, **k)
+
+    def counted(real):
+        def opened(path, *a, **k):
+            if isinstance(path, str) and path in files:
+                opens[path] += 1
+            return real(path, *a, **k)
+        return opened
+
+    monkeypatch.setattr(record_files, "walk", counted_walk)
+    monkeypatch.setattr(builtins, "open", counted(open_))
+    monkeypatch.setattr(os, "open", counted(os_open))
+    prefix = str(tmp_path / "ck" / "model")
+    with qk.QueueSession() as qs:
+        batch = _ids_batch(files)
+        saver = v1.train.Saver()
+        first = _consume(qs, batch, 2)
+        saver.save(qs, prefix)
+    with qk.QueueSession() as qs:
+        batch = _ids_batch(files)
+        v1.train.Saver().restore(qs, prefix)
+        rest = [i for b in qs.iterate(batch) for i in b["id"].tolist()]
+    assert first + rest == list(range(N_FILES * PER_FILE))
+    assert walks == {f: 1 for f in files}
+    # The walk; a content print at the save and at the restore; record 0 of the first file
+    # at each build (does the input hold any record?).
+    assert all(opens[f] <= 3 + 2 * (f == files[0]) for f in files), opens
+
+
 def test_a_file_consumed_whole_is_not_read_again_after_a_restore(tmp_path, files, caplog):
     """A checkpoint after 35 records (file 0 whole, 5 of file 1): the resumed epoch's producer
     leaves file 0 out (it is not read and skipped record by record, which a restart late in

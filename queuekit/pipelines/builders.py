@@ -57,13 +57,13 @@ def _reader(compression: str):
     return _v1.TFRecordReader(options=options)
 
 
-def _compression(files, compression) -> str:
+def _compression(files, compression, *, walked: bool) -> str:
     """The compression the files' reader uses: detected, and checked against one given."""
     if compression is None:
         compression = ""
     if compression not in _COMPRESSIONS:
         raise ValueError(f"compression must be one of {_COMPRESSIONS}, not {compression!r}")
-    found = compression_of_all(files)
+    found = compression_of_all(files, walked=walked)
     if compression != "auto" and compression != found:
         raise DatasetError(f"{files[0]} is {found or 'not'} compressed, but compression="
                            f"{compression!r} was given; pass compression='auto'")
@@ -182,7 +182,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         raise ValueError("shard_by='record' with parse_fn needs read_many (parse_fn then "
                          "gets a vector of records, the shard's share of each read)")
     device = input_device()  # once: on a cluster each call adds a probe op to the graph
-    kind = _compression(files, compression)
+    kind = _compression(files, compression, walked=check_framing)
     if check_framing:
         check_files(files)
     raw_bytes, encoded = None, False

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import glob
 import os
 import secrets
 import stat
+import threading
+from typing import Any, NamedTuple
+
+import numpy as np
 
 import queuekit.errors as errors
 from queuekit.errors import DatasetError, InputNotFound
-from queuekit.records.tfrecord import check_framing, compression_of, what_it_is
+from queuekit.records.tfrecord import Corruption, check_framing, compression_of, walk, what_it_is
 
 
 def expand_files(files) -> list[str]:
@@ -94,8 +99,58 @@ def atomic_write(final: str, data: bytes) -> None:
         raise
 
 
-# (path, size, mtime) of files whose framing was checked: a rebuild skips them.
-_CHECKED: set[tuple[str, int, int]] = set()
+class Walk(NamedTuple):
+    """One walk of a file's record headers."""
+
+    offsets: Any  # int64 array: the byte offset of each record before the fault
+    fault: Corruption | None
+    compression: str
+
+
+class _Walks:
+    """Each file's walk by (path, size, mtime): its headers are walked once per process (the
+    build's check, the input position's places, the next session's check), the oldest
+    forgotten past 64 MB of offsets."""
+
+    limit = 1 << 23
+
+    def __init__(self):
+        self._found: collections.OrderedDict[tuple, Walk] = collections.OrderedDict()
+        self._held = 0
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(path: str) -> tuple:
+        stat_ = os.stat(path)
+        return os.path.abspath(path), stat_.st_size, stat_.st_mtime_ns
+
+    def get(self, path: str) -> Walk:
+        key = self.key(path)
+        with self._lock:
+            found = self._found.get(key)
+            if found is not None:
+                self._found.move_to_end(key)
+                return found
+        offsets: list[int] = []
+        kind, fault = walk(path, offsets)
+        places = np.asarray(offsets, np.int64)
+        places.flags.writeable = False  # shared by every reader of the walk
+        found = Walk(places, fault, kind)
+        with self._lock:
+            if key not in self._found:
+                self._found[key] = found
+                self._held += len(places)
+            while self._held > self.limit and len(self._found) > 1:
+                self._held -= len(self._found.popitem(last=False)[1].offsets)
+        return found
+
+
+_WALKS = _Walks()
+
+
+def record_offsets(path: str) -> Walk:
+    """:class:`Walk` of ``path``: its record headers walked once per version of the file."""
+    return _WALKS.get(path)
 
 
 def check_files(files) -> None:
@@ -104,26 +159,20 @@ def check_files(files) -> None:
     TensorFlow's reader ends a file silently at a record header cut short, so
     a truncated file would be a short epoch. The walk reads 12 bytes per
     record (benchmarks/bench_check.py, page cache warm: 0.01 s per GB of 196 KB
-    records, 0.9 s per GB of 1 KB records).
+    records, 0.9 s per GB of 1 KB records), once per version of a file.
 
     Raises:
         CorruptRecordError: naming the file, record index, byte offset and what
             the file looks like when it is not a TFRecord file at all.
     """
     for path in files:
-        stat = os.stat(path)
-        key = (os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
-        if key in _CHECKED:
-            continue
-        fault = check_framing(path)
+        fault, kind = record_offsets(path)[1:]
         if fault is not None:
-            kind = compression_of(path)
             what = what_it_is(path) if fault.index == 0 else ""
             reason = fault.reason + (f" (in the {kind}-decompressed stream)" if kind else
                                      f" (the file looks {what}, not like TFRecords)" if what
                                      else "")
             raise errors.CorruptRecordError(path, fault.index, fault.offset, reason)
-        _CHECKED.add(key)
 
 
 def check_sizes(files, record_bytes: int, header_bytes: int, footer_bytes: int) -> int:
@@ -172,15 +221,18 @@ def resized(before: dict[str, int]) -> list[tuple[str, int, int]]:
     return out
 
 
-def compression_of_all(files) -> str:
+def compression_of_all(files, *, walked: bool = False) -> str:
     """The one compression (``""``, ``"GZIP"``, ``"ZLIB"``) of ``files``; one reader reads them all.
+    ``walked``: from a walk of each file's headers (:func:`record_offsets`).
 
     Raises:
         DatasetError: the files are not all compressed the same way.
     """
     kinds: dict[str, list[str]] = {}
     for path in files:
-        kinds.setdefault(compression_of(path), []).append(path)
+        # Walked, it is opened once for this and check_files both.
+        kind = _WALKS.get(path).compression if walked else compression_of(path)
+        kinds.setdefault(kind, []).append(path)
     if len(kinds) > 1:
         shown = "; ".join(f"{kind or 'uncompressed'}: {paths[0]}"
                           + (f" and {len(paths) - 1} more" if len(paths) > 1 else "")

@@ -58,7 +58,11 @@ def compression_of(path: str) -> str:
     stream's magic bytes even when its first length happens to look like them.
     """
     with open(path, "rb") as f:
-        head = f.read(12)
+        return _kind_of(f.read(12))
+
+
+def _kind_of(head: bytes) -> str:
+    """:func:`compression_of` from a file's first 12 bytes."""
     if len(head) == 12 and _masked_crc(head[:8]) == struct.unpack("<I", head[8:])[0]:
         return ""
     if head[:2] == b"\x1f\x8b":
@@ -89,14 +93,18 @@ class _Inflated:
 
 
 def open_records(path: str):
-    """``path`` opened for reading its records, decompressed if it is compressed."""
+    """(stream, file): ``path`` opened once for reading its records, decompressed if it is
+    compressed; the caller closes the file."""
     f = open(path, "rb")  # noqa: SIM115 - closed by the caller, or with the wrapper
-    kind = compression_of(path)
+    return _decompressed(f, _kind_of(os.pread(f.fileno(), 12, 0))), f
+
+
+def _decompressed(f, kind: str):
     if kind == "GZIP":
-        return gzip.GzipFile(fileobj=f, mode="rb"), f
+        return gzip.GzipFile(fileobj=f, mode="rb")
     if kind == "ZLIB":
-        return _Inflated(f), f
-    return f, f
+        return _Inflated(f)
+    return f
 
 
 # What a broken compressed stream raises while reading.
@@ -252,7 +260,7 @@ def what_it_is(path: str) -> str:
             head = f.read(16)
     except OSError:
         return ""
-    if compression_of(path):
+    if _kind_of(head[:12]):
         return ""
     if head.lstrip()[:1] in (b"{", b"["):
         return "JSON text"
@@ -272,16 +280,21 @@ def check_framing(path: str, offsets: list[int] | None = None) -> Corruption | N
     1 MiB at a time for small ones; data CRCs are left to the reader. A
     compressed file is decompressed and walked as a stream.
     """
-    if compression_of(path):
-        for item in scan_records(path, data=False):
-            if isinstance(item, Corruption):
-                return item
-            if offsets is not None:
+    return walk(path, [] if offsets is None else offsets)[1]
+
+
+def walk(path: str, offsets: list[int]) -> tuple[str, Corruption | None]:
+    """(:func:`compression_of`, :func:`check_framing`) of ``path`` in one open of it;
+    ``offsets`` gets the offset of each record before the fault."""
+    with open(path, "rb") as f:
+        fd, size = f.fileno(), os.fstat(f.fileno()).st_size
+        kind = _kind_of(os.pread(fd, 12, 0))
+        if kind:
+            for item in scan_stream(_decompressed(f, kind), data=False):
+                if isinstance(item, Corruption):
+                    return kind, item
                 offsets.append(item.offset)
-        return None
-    size = os.path.getsize(path)
-    fd = os.open(path, os.O_RDONLY)
-    try:
+            return kind, None
         pos = index = start = 0
         buf = b""
         length = 0
@@ -292,18 +305,16 @@ def check_framing(path: str, offsets: list[int] | None = None) -> Corruption | N
                 buf = os.pread(fd, 12 if length > _BIG_RECORD else 1 << 20, pos)
             header = buf[off:off + 12]
             if len(header) < 12:
-                return Corruption(index, pos, f"truncated: {len(header)} of 12 header bytes")
+                return kind, Corruption(index, pos, f"truncated: {len(header)} of 12 header "
+                                                    f"bytes")
             if _masked_crc(header[:8]) != struct.unpack("<I", header[8:])[0]:
-                return Corruption(index, pos, "bad length CRC")
+                return kind, Corruption(index, pos, "bad length CRC")
             (length,) = struct.unpack("<Q", header[:8])
             end = pos + 16 + length
             if end > size:
                 # The bytes of its data there, as scan_records counts them (not its footer's).
-                return Corruption(index, pos, f"truncated: record of {length} bytes cut at "
-                                              f"{min(length, max(0, size - pos - 12))}")
-            if offsets is not None:
-                offsets.append(pos)
+                return kind, Corruption(index, pos, f"truncated: record of {length} bytes cut "
+                                                    f"at {min(length, max(0, size - pos - 12))}")
+            offsets.append(pos)
             pos, index = end, index + 1
-        return None
-    finally:
-        os.close(fd)
+        return kind, None

@@ -43,8 +43,7 @@ from queuekit.errors import DatasetError
 from queuekit.features import Feature
 from queuekit.graph_keys import GraphKeys, graph_objects
 from queuekit.graph_walk import checkpoint_run, ops_above
-from queuekit.records.files import atomic_write
-from queuekit.records.tfrecord import check_framing
+from queuekit.records.files import atomic_write, record_offsets
 from queuekit.resume.file import (
     SUFFIX,
     fingerprint,
@@ -172,9 +171,7 @@ def _record_places(path: str, position) -> np.ndarray:
         record_bytes, header, footer = position.fixed
         n = max(0, (os.path.getsize(path) - header - footer) // record_bytes)
         return np.arange(n, dtype=np.int64)
-    places: list[int] = []
-    check_framing(path, places)  # a fault ends the list: the session's input check names it
-    return np.asarray(places, np.int64)
+    return record_offsets(path).offsets  # a fault ends them: the session's input check names it
 
 
 class InputPositions(Feature):

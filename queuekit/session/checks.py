@@ -11,15 +11,11 @@ record is said so.
 
 from __future__ import annotations
 
-import logging
-
 from queuekit.errors import DatasetError
 from queuekit.features import Feature
 from queuekit.graph_keys import GraphKeys, graph_objects
 from queuekit.records.files import check_files, check_sizes, resized, sizes
 from queuekit.session.diagnose import empty_files, fixed_length_inputs, tfrecord_files
-
-log = logging.getLogger(__name__)
 
 
 class InputChecks(Feature):
