@@ -90,7 +90,8 @@ def measure(config: dict, files: list[str], seconds: float) -> float:
             batch = qk.tfrecord_batches(files, batch_size=BATCH, num_readers=config["readers"],
                                         num_threads=config.get("threads", 1),
                                         read_many=config.get("read_many"),
-                                        image_size=SIZE, dct_method=config.get("dct", ""))
+                                        decode=qk.Decode(image_size=SIZE,
+                                                         dct_method=config.get("dct", "")))
             step = tf.reduce_sum(batch["image"])
             qs = qk.QueueSession()
             run = qs.run

@@ -55,7 +55,7 @@ def run_task(task: qk.ClusterTask, args) -> dict | None:
             cluster=task.spec, worker_device=task.device)):
         batch = qk.tfrecord_batches(
             files, batch_size=args.batch_size, num_epochs=args.epochs, shuffle=True, seed=0,
-            work_queue=qk.cluster.WorkQueueInput("/job:ps/task:0", lost_after_secs=10.0))
+            source=qk.cluster.WorkQueueInput("/job:ps/task:0", lost_after_secs=10.0))
         loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
             labels=batch["label"], logits=model(batch["image"], classes)))
         global_step = v1.train.get_or_create_global_step()

@@ -45,6 +45,9 @@ class GraphKeys:
     # Objects: one pipelines.position.InputPosition per resumable builder; the session tracks
     # what the steps consumed and resumes there from a checkpoint.
     INPUT_POSITIONS = "queuekit_input_positions"
+    # Objects: a Delivery per builder's batch (pipelines.batching): qk.prefetched builds the
+    # same pipeline's batch again with another number of batches made ready ahead of the step.
+    DELIVERIES = "queuekit_deliveries"
     # Objects: the features a session of this graph runs (``install``): "module:name" of each
     # one's factory, loaded when the session starts.
     FEATURES = "queuekit_features"

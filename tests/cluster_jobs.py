@@ -32,4 +32,4 @@ def work_batches(files, name, **kw):
     """Two epochs of ids from a work queue on the ps."""
     kw = {"num_epochs": 2, "capacity": 20, **kw}
     return qk.tfrecord_batches(files, batch_size=10, parse_fn=parse, read_many=8,
-                               work_queue="/job:ps/task:0", name=name, **kw)
+                               source="/job:ps/task:0", name=name, **kw)

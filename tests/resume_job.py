@@ -44,15 +44,14 @@ with graph.as_default():
                                         parse_fn=lambda v: {
                                             "id": tf.io.decode_raw(v, tf.int64)[..., 0]})
     else:
-        batch = qk.tfrecord_batches(
+        batch = qk.prefetched(qk.tfrecord_batches(
             cfg["files"], batch_size=cfg["batch"], num_epochs=cfg["epochs"],
             shuffle=cfg["shuffle"], seed=cfg.get("seed"), num_readers=cfg["readers"],
             num_threads=cfg.get("threads", 1), read_many=cfg.get("read_many"),
-            prefetch=cfg.get("prefetch", 0),
-            work_queue=qk.cluster.WorkQueueInput("") if cfg.get("work_queue") else None,
+            source=qk.cluster.WorkQueueInput("") if cfg.get("work_queue") else None,
             parse_fn=lambda s: tf.io.parse_example(s, {"id": tf.io.FixedLenFeature([], tf.int64)})
             if cfg.get("read_many") else tf.io.parse_single_example(
-                s, {"id": tf.io.FixedLenFeature([], tf.int64)}))
+                s, {"id": tf.io.FixedLenFeature([], tf.int64)})), cfg.get("prefetch", 0))
     step = v1.train.get_or_create_global_step()
     with tf.control_dependencies([batch["id"]]):
         train = step.assign_add(1)

@@ -28,7 +28,7 @@ graph = tf.Graph()
 with graph.as_default(), v1.device(v1.train.replica_device_setter(
         cluster=task.spec, worker_device=task.device)):
     batch = qk.tfrecord_batches(args["files"], batch_size=5, num_epochs=1, parse_fn=parse,
-                                read_many=8, shard=(task.task, 2))
+                                read_many=8, source=(task.task, 2))
     w = v1.get_variable("w", [], tf.float32, v1.zeros_initializer())
     loss = tf.reduce_mean(tf.square(tf.cast(batch["id"], tf.float32) * 1e-3 - w))
     step = v1.train.get_or_create_global_step()

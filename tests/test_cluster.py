@@ -98,7 +98,7 @@ def test_static_shards_read_everything_once(cluster, tmp_path):
     """Two workers with shard=(i, 2) read 200 records, each once, and count steps on the ps."""
     files, out = _ids(tmp_path), {}
     graphs = [_graph(cluster, i, "static", lambda i=i: qk.tfrecord_batches(
-        files, batch_size=10, num_epochs=1, parse_fn=parse, read_many=8, shard=(i, 2)))
+        files, batch_size=10, num_epochs=1, parse_fn=parse, read_many=8, source=(i, 2)))
         for i in range(2)]
     _threads(*[lambda i=i: _run(cluster, i, *graphs[i], out) for i in range(2)])
     assert "error0" not in out and "error1" not in out, out
@@ -116,7 +116,7 @@ def test_a_corrupt_file_on_one_worker_is_named_there_and_the_other_finishes(clus
     data[12 + 50] ^= 0xFF  # inside record 0's data: its CRC no longer matches
     open(files[3], "wb").write(bytes(data))
     graphs = [_graph(cluster, i, "corrupt", lambda i=i: qk.tfrecord_batches(
-        files, batch_size=10, num_epochs=1, parse_fn=parse, read_many=8, shard=(i, 2),
+        files, batch_size=10, num_epochs=1, parse_fn=parse, read_many=8, source=(i, 2),
         name="corrupt"))  # queues live on the servers: not the static test's closed ones
         for i in range(2)]
     _threads(*[lambda i=i: _run(cluster, i, *graphs[i], out) for i in range(2)])
@@ -261,7 +261,7 @@ def test_sync_replicas_training_ends_on_both_workers(cluster, tmp_path):
         with graph.as_default(), v1.device(v1.train.replica_device_setter(
                 cluster=cluster.cluster, worker_device=f"/job:worker/task:{i}")):
             batch = qk.tfrecord_batches(files, batch_size=10, num_epochs=1, parse_fn=parse,
-                                        read_many=8, shard=(i, 2))
+                                        read_many=8, source=(i, 2))
             w = v1.get_variable("w", [], tf.float32, v1.zeros_initializer())
             loss = tf.reduce_mean(tf.square(tf.cast(batch["id"], tf.float32) * 1e-3 - w))
             step = v1.train.get_or_create_global_step()
@@ -345,7 +345,7 @@ def test_fewer_files_than_shards_is_an_error(tmp_path):
     """Fewer files than file shards is an error that points to shard_by='record'."""
     files = _ids(tmp_path, n_files=2)
     with tf.Graph().as_default(), pytest.raises(qk.DatasetError, match="shard_by='record'"):
-        qk.tfrecord_batches(files, shard=(0, 3), parse_fn=parse, read_many=4)
+        qk.tfrecord_batches(files, source=(0, 3), parse_fn=parse, read_many=4)
 
 
 def test_record_shards_split_every_file(tmp_path):

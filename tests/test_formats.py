@@ -135,11 +135,12 @@ def test_inception_jpegs_of_many_sizes_resized_and_bboxes_passed_through(tmp_pat
     with tf.Graph().as_default():
         b = qk.tfrecord_batches(path, batch_size=6, num_epochs=1)
         with qk.QueueSession() as qs, pytest.raises(tf.errors.InvalidArgumentError,
-                                                    match="pass image_size"):
+                                                    match=r"pass decode=qk.Decode\(image_size"):
             list(qs.iterate(b))
     with qk.QueueSession() as qs:
-        b = qk.tfrecord_batches(path, batch_size=6, num_epochs=1, image_size=(32, 24),
-                                normalize=False, dct_method="INTEGER_ACCURATE")
+        b = qk.tfrecord_batches(path, batch_size=6, num_epochs=1,
+                                normalize=False, decode=qk.Decode(
+                                    image_size=(32, 24), dct_method="INTEGER_ACCURATE"))
         assert isinstance(b["bbox_xmin"], tf.SparseTensor)
         (batch,) = list(qs.iterate(b))
     expected = [tf.cast(tf.clip_by_value(tf.round(tf.image.resize(
@@ -173,12 +174,12 @@ def test_random_crop_decodes_a_window_of_the_requested_size(tmp_path):
     png = write_slim(tmp_path / "p", images, [0] * 4)
     for path in (jpeg, png):
         with qk.QueueSession() as qs:
-            b = qk.tfrecord_batches(path, batch_size=4, num_epochs=1, image_size=16,
-                                    random_crop=(0.1, 0.5), seed=3, normalize=False)
+            b = qk.tfrecord_batches(path, batch_size=4, num_epochs=1, seed=3, normalize=False,
+                                    decode=qk.Decode(image_size=16, random_crop=(0.1, 0.5)))
             (batch,) = list(qs.iterate(b))
         assert batch["image"].shape == (4, 16, 16, 3)
     with tf.Graph().as_default(), pytest.raises(qk.DatasetError, match="needs encoded"):
-        qk.tfrecord_batches(jpeg, batch_size=2, random_crop=(0.1, 0.5))
+        qk.tfrecord_batches(jpeg, batch_size=2, decode=qk.Decode(random_crop=(0.1, 0.5)))
 
 
 def test_mnist_records_read_once_with_exact_pixels(tmp_path):
@@ -241,7 +242,7 @@ def test_an_unknown_layout_lists_its_features_and_how_to_declare_one(tmp_path):
     schema = qk.RecordSchema("mine", image="pixels", encoding="png", label="cls")
     with qk.QueueSession() as qs:
         (batch,) = list(qs.iterate(qk.tfrecord_batches(path, batch_size=1, num_epochs=1,
-                                                       schema=schema)))
+                                                       decode=qk.Decode(schema=schema))))
     assert batch["label"].tolist() == [2] and batch["image"].shape == (1, 4, 4, 3)
 
 

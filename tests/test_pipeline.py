@@ -12,7 +12,14 @@ import queuekit as qk
 from queuekit.graph_keys import GraphKeys
 from queuekit.pipelines import batching, builders
 from queuekit.pipelines.image_folders import TF_IMAGE_EXTENSIONS
-from tests.helpers import patience, records_per_read, v1, write_id_records, write_image_records
+from tests.helpers import (
+    filename_ids,
+    patience,
+    records_per_read,
+    v1,
+    write_id_records,
+    write_image_records,
+)
 from tests.imagefactory import make_mixed_folder, rgb
 from tests.seed import makeTFRec
 
@@ -51,30 +58,59 @@ def test_one_machine_graph_holds_no_op_for_features_not_asked_for(id_files):
 
 
 def test_cluster_options_are_objects_and_the_earlier_keywords_still_work(id_files):
-    """shard=Shard(i, n, by="record") and the earlier shard=(i, n), shard_by="record" read the
-    same records; each shard its share, together every record once; mixed spellings and
-    unknown keywords are errors."""
+    """source=Shard(i, n, by="record") and the earlier shard=(i, n), shard_by="record" read
+    the same records (the earlier with a DeprecationWarning naming the new spelling); each
+    shard its share, together every record once; mixed spellings and unknown keywords are
+    errors."""
     def ids(**kw):
         with qk.QueueSession() as qs:
             return _ids(qs.iterate(qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1,
                                                        **kw)))
 
-    new = [ids(shard=qk.cluster.Shard(i, 2, by="record")) for i in range(2)]
-    old = [ids(shard=(i, 2), shard_by="record") for i in range(2)]
+    new = [ids(source=qk.cluster.Shard(i, 2, by="record")) for i in range(2)]
+    with pytest.warns(DeprecationWarning, match=r"\) is now source=qk.Shard"):
+        old = [ids(shard=(i, 2), shard_by="record") for i in range(2)]
     assert new == old and sorted(new[0] + new[1]) == list(range(148))
     assert new[0] and new[1]
-    with tf.Graph().as_default():
+    with tf.Graph().as_default(), pytest.warns(DeprecationWarning):
         with pytest.raises(ValueError, match="not both"):
-            qk.tfrecord_batches(id_files, shard=qk.cluster.Shard(0, 2), shard_by="record")
+            qk.tfrecord_batches(id_files, source=qk.cluster.Shard(0, 2), shard_by="record")
         with pytest.raises(ValueError, match="not both"):
             qk.tfrecord_batches(id_files, work_queue=qk.cluster.WorkQueueInput("/job:ps/task:0"),
                                 on_lost="raise")
+        with pytest.raises(ValueError, match="not both"):
+            qk.tfrecord_batches(id_files, source=(0, 2), shard=(1, 2))
+    with tf.Graph().as_default():
         with pytest.raises(ValueError, match="on_lost"):
             qk.cluster.WorkQueueInput("/job:ps/task:0", on_lost="ignore")
         with pytest.raises(ValueError, match="0 <= index < count"):
             qk.cluster.Shard(2, 2)
         with pytest.raises(TypeError, match="bogus"):
             qk.tfrecord_batches(id_files, bogus=True)
+
+
+def test_decode_options_are_one_object_and_the_earlier_keywords_still_work(id_files):
+    """decode=qk.Decode(schema=..., image_shape=...) and the earlier flat keywords build the
+    same pipeline (the earlier with a warning raised at the caller's line); both at once,
+    or a decode with a parse_fn, are errors."""
+    def first(**kw):
+        with qk.QueueSession() as qs:
+            return qs.run(qk.tfrecord_batches(id_files, batch_size=5, num_epochs=1, **kw))
+
+    new = first(decode=qk.Decode(schema="queuekit", image_shape=(4, 6, 3)))
+    with pytest.warns(DeprecationWarning, match=r"is now decode=qk.Decode\(") as caught:
+        old = first(schema="queuekit", image_shape=(4, 6, 3))
+    assert {w.filename for w in caught} == {__file__}
+    assert filename_ids(new) == filename_ids(old) == [0, 1, 2, 3, 4]
+    np.testing.assert_array_equal(new["image"], old["image"])
+    with tf.Graph().as_default():
+        with pytest.raises(ValueError, match="not both"), pytest.warns(DeprecationWarning):
+            qk.tfrecord_batches(id_files, decode=qk.Decode(), schema="queuekit")
+        with pytest.raises(ValueError, match="parse_fn, not both"):
+            qk.tfrecord_batches(id_files, decode=qk.Decode(image_size=8),
+                                parse_fn=lambda s: {"s": s})
+        with pytest.raises(TypeError, match="queuekit.Decode"):
+            qk.tfrecord_batches(id_files, decode={"schema": "queuekit"})
 
 
 def test_two_epochs_deliver_each_record_twice(id_files):

@@ -1,6 +1,8 @@
-"""prefetch: batches made ready ahead of the step by one more runner thread. Every record
-once and in order, the last smaller batch kept, the step's run takes only the ready batch,
-a batch in the ready queue is not consumed (a restore delivers it), and bad counts refused."""
+"""qk.prefetched: batches made ready ahead of the step by one more runner thread. Every
+record once and in order, the last smaller batch kept, the step's run takes only the ready
+batch, a batch in the ready queue is not consumed (a restore delivers it), a builder's own
+ready stage replaced, any batch of tensors wrapped, bad counts refused; the builders'
+earlier ``prefetch=`` still works, with a DeprecationWarning."""
 
 import collections
 import time
@@ -29,7 +31,7 @@ def test_one_reader_delivers_every_record_once_in_order_and_the_last_smaller_bat
     """One reader, no shuffle, batch 10, two ready batches: the records in file order, the
     epoch's last batch of 8 kept, the image normalised (float32) and its shape static."""
     with qk.QueueSession() as qs:
-        b = qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1, prefetch=2)
+        b = qk.prefetched(qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1), 2)
         assert b["image"].dtype == tf.float32
         assert b["image"].shape.as_list() == [None, 4, 6, 3]
         batches = [filename_ids(x) for x in qs.iterate(b)]
@@ -42,8 +44,9 @@ def test_one_reader_delivers_every_record_once_in_order_and_the_last_smaller_bat
 def test_parallel_readers_deliver_every_record_once_per_epoch(id_files, readers, read_many,
                                                                shuffle):
     with qk.QueueSession() as qs:
-        b = qk.tfrecord_batches(id_files, batch_size=10, num_epochs=2, num_readers=readers,
-                                read_many=read_many, shuffle=shuffle, seed=3, prefetch=3)
+        b = qk.prefetched(qk.tfrecord_batches(
+            id_files, batch_size=10, num_epochs=2, num_readers=readers, read_many=read_many,
+            shuffle=shuffle, seed=3), 3)
         got = [i for x in qs.iterate(b) for i in filename_ids(x)]
     assert collections.Counter(got) == collections.Counter(list(range(4 * PER_FILE)) * 2)
 
@@ -52,12 +55,12 @@ def test_the_step_takes_from_the_ready_queue_only(id_files):
     """What the step's run dequeues is the ready queue, once; the batch queue is the ready
     stage's runner's to take from."""
     with tf.Graph().as_default() as graph:
-        b = qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1, prefetch=2)
+        b = qk.prefetched(qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1), 2)
         read = queues_read([t.op for t in b.values()])
         runners = graph.get_collection(v1.GraphKeys.QUEUE_RUNNERS)
     ready = runners[-1]
     assert list(read) == [ready.queue.queue_ref.op.name]
-    assert ready.queue.queue_ref.op.name.endswith("ready_batches")
+    assert ready.queue.queue_ref.op.name == "tfrecord_batches/prefetched"
     assert len(ready.enqueue_ops) == 1
 
 
@@ -68,8 +71,8 @@ def test_a_batch_made_ready_but_not_taken_is_not_consumed(tmp_path, id_files):
 
     def build():
         v1.train.get_or_create_global_step().assign_add(1)  # a training graph: it resumes
-        return qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1, num_readers=2,
-                                   shuffle=True, seed=5, prefetch=2)
+        return qk.prefetched(qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1,
+                                                 num_readers=2, shuffle=True, seed=5), 2)
 
     with qk.QueueSession() as qs:
         b = build()
@@ -88,7 +91,7 @@ def _wait_until_ready_queue_is_full(qs, within=30.0):
     """Bounded: the ready stage's runner fills its queue while the step does nothing."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        ready = [s for s in qs.queue_stats() if s.name.endswith("ready_batches")]
+        ready = [s for s in qs.queue_stats() if s.name.endswith("prefetched")]
         if ready and ready[0].size == ready[0].capacity:
             return
         time.sleep(0.01)
@@ -101,13 +104,13 @@ def test_fixed_length_and_image_folder_batches_prefetch(tmp_path):
     (tmp_path / "src" / "dog" / "cmyk.jpg").unlink()  # a format TensorFlow cannot decode
     folder = qk.scan_image_folder(tmp_path / "src", extensions=TF_IMAGE_EXTENSIONS)
     with qk.QueueSession() as qs:
-        b = qk.fixed_length_batches(paths, record_bytes=8, batch_size=8, num_epochs=1,
-                                    prefetch=2, parse_fn=lambda v: {
-                                        "id": tf.io.decode_raw(v, tf.int64)[..., 0]})
+        b = qk.prefetched(qk.fixed_length_batches(
+            paths, record_bytes=8, batch_size=8, num_epochs=1,
+            parse_fn=lambda v: {"id": tf.io.decode_raw(v, tf.int64)[..., 0]}), 2)
         got = [i for x in qs.iterate(b) for i in x["id"].tolist()]
     with qk.QueueSession() as qs:
-        images = qk.image_folder_batches(tmp_path / "src", image_size=(20, 24), batch_size=4,
-                                         num_epochs=1, prefetch=2)
+        images = qk.prefetched(qk.image_folder_batches(
+            tmp_path / "src", image_size=(20, 24), batch_size=4, num_epochs=1), 2)
         names = sorted(f.decode() for x in qs.iterate(images) for f in x["filename"])
     assert sorted(got) == list(range(60))  # a parse_fn: "auto" readers
     assert names == sorted(folder.relative(i) for i in range(len(folder)))
@@ -117,11 +120,20 @@ def test_fixed_length_and_image_folder_batches_prefetch(tmp_path):
     ("auto", None, 2), ("auto", 0, 0), ("auto", 3, 3), (2, None, 0), (2, np.int64(1), 1)])
 def test_auto_readers_make_two_batches_ready_unless_told(id_files, readers, prefetch, ready):
     """As tf.data's AUTOTUNE pipelines end in a prefetch: by default "auto" readers get a
-    ready stage of 2 batches; fixed counts none; an explicit prefetch is kept as given."""
+    ready stage of 2 batches; fixed counts none; prefetched replaces the builder's stage
+    (its runner is gone: it would take batches no step reads)."""
     with tf.Graph().as_default() as graph:
-        qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1, num_readers=readers,
-                            prefetch=prefetch)
+        b = qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1, num_readers=readers)
+        if prefetch is not None:
+            b = qk.prefetched(b, prefetch)
+        runners = graph.get_collection(v1.GraphKeys.QUEUE_RUNNERS)
     assert _ready_capacities(graph) == ([ready] if ready else [])
+    named = graph.get_collection(GraphKeys.READY_BATCHES)
+    assert sum(r.queue.queue_ref.op.name in named for r in runners) == (1 if ready else 0)
+    assert sum(r.queue.queue_ref.op.name.endswith(("ready_batches", "prefetched"))
+               for r in runners) == len(named)
+    assert set(queues_read([t.op for t in b.values()])) <= {
+        r.queue.queue_ref.op.name for r in runners}
 
 
 def test_image_folder_batches_auto_threads_make_two_batches_ready(tmp_path):
@@ -142,8 +154,41 @@ def _ready_capacities(graph) -> list[int]:
 
 @pytest.mark.parametrize("bad", [-1, -5, True, 1.5, "2"])
 def test_a_negative_prefetch_is_refused(id_files, bad):
-    with tf.Graph().as_default(), pytest.raises(ValueError, match="prefetch must be 0 or more"):
+    with tf.Graph().as_default(), pytest.raises(ValueError, match="must be 0 or more"):
+        qk.prefetched(qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1), bad)
+    with tf.Graph().as_default(), pytest.raises(ValueError, match="must be 0 or more"), \
+            pytest.warns(DeprecationWarning):
         qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1, prefetch=bad)
+
+
+def test_a_hand_built_batch_is_made_ready_in_its_own_structure(id_files):
+    """A tuple from tf.train.batch comes back a tuple, every record once, in order."""
+    with qk.QueueSession() as qs:
+        producer = v1.train.string_input_producer(id_files, num_epochs=1, shuffle=False)
+        _, serialized = v1.TFRecordReader().read(producer)
+        name = tf.io.parse_single_example(
+            serialized, {"filename": tf.io.FixedLenFeature([], tf.string)})["filename"]
+        batch = v1.train.batch([name, tf.strings.length(name)], 10,
+                               allow_smaller_final_batch=True)
+        ready = qk.prefetched(tuple(batch), 3)
+        assert isinstance(ready, tuple) and len(ready) == 2
+        got = [(n, length) for names, lengths in qs.iterate(ready)
+               for n, length in zip(names, lengths, strict=True)]
+    assert [int(n[2:]) for n, _ in got] == list(range(4 * PER_FILE))
+    assert all(length == len(n) for n, length in got)
+
+
+def test_part_of_a_builder_s_batch_is_refused_and_the_old_spelling_warns(id_files):
+    """prefetched takes a builder's batch whole (a part of it would be consumed when made
+    ready, not when taken); prefetch= on a builder builds the same stage, with a warning."""
+    with tf.Graph().as_default():
+        b = qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1)
+        with pytest.raises(ValueError, match="whole"):
+            qk.prefetched({"image": b["image"]}, 2)
+    with tf.Graph().as_default() as graph, pytest.warns(
+            DeprecationWarning, match=r"qk.prefetched\(batch, 3\)"):
+        qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1, prefetch=3)
+    assert _ready_capacities(graph) == [3]
 
 
 def test_the_input_report_takes_a_ready_batch_per_step_from_tuned_readers(id_files,
@@ -152,12 +197,13 @@ def test_the_input_report_takes_a_ready_batch_per_step_from_tuned_readers(id_fil
     "auto" (the batch queue's), and the verdict does not advise the prefetch it has."""
     monkeypatch.setattr(profile, "SAMPLE_SECS", 0.0)
     with qk.QueueSession() as qs:
-        b = qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1, num_readers="auto",
-                                prefetch=2, allow_smaller_final_batch=False)
+        b = qk.prefetched(qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1,
+                                              num_readers="auto",
+                                              allow_smaller_final_batch=False), 2)
         steps = sum(1 for _ in qs.iterate(b["label"]))
         (report,) = qs.input_report()
     assert steps == 4 * PER_FILE // 10
-    assert report.queue.endswith("ready_batches")
+    assert report.queue == "tfrecord_batches/prefetched"
     assert report.ready and report.tuned
     assert report.records_per_step == 10.0
-    assert "prefetch=2" not in str(report)
+    assert "qk.prefetched" not in str(report)

@@ -72,7 +72,7 @@ def test_the_verdict_follows_the_side_that_does_the_work(slow_input):
         assert report.bound == "step-bound" and report.wait_fraction < 0.1, report
         assert report.fill > 0.5
         assert "step-bound" in str(report) and "keep up" in str(report)
-        assert "prefetch=2" in str(report)  # a batch queue the step takes from itself
+        assert "qk.prefetched(batch, 2)" in str(report)  # a batch queue the step takes from
 
 
 def test_a_builders_auto_readers_are_named_in_the_advice(tmp_path):

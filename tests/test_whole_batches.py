@@ -121,8 +121,9 @@ def test_inception_jpegs_with_boxes_in_whole_batches_match_the_usual_path(tmp_pa
 
     def batches(read_many):
         with qk.QueueSession() as qs:
-            b = qk.tfrecord_batches(path, batch_size=4, num_epochs=1, image_size=(32, 24),
-                                    read_many=read_many)
+            b = qk.tfrecord_batches(path, batch_size=4, num_epochs=1,
+                                    read_many=read_many,
+                                    decode=qk.Decode(image_size=(32, 24)))
             return list(qs.iterate(b))
 
     whole, usual = batches("batch"), batches(0)

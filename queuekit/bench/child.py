@@ -43,11 +43,14 @@ def _graph(spec):
 
 def _queuekit(spec, layout):
     from queuekit.pipelines.builders import tfrecord_batches
+    from queuekit.pipelines.delivery import prefetched
+    from queuekit.pipelines.options import Decode
 
-    return tfrecord_batches(spec["files"], batch_size=spec["batch_size"],
-                            shuffle=spec["shuffle"], num_readers=spec["readers"],
-                            num_threads=spec["threads"], read_many=spec["read_many"],
-                            image_size=spec.get("image_size"), prefetch=spec.get("prefetch"))
+    batch = tfrecord_batches(spec["files"], batch_size=spec["batch_size"],
+                             shuffle=spec["shuffle"], num_readers=spec["readers"],
+                             num_threads=spec["threads"], read_many=spec["read_many"],
+                             decode=Decode(image_size=spec.get("image_size")))
+    return batch if spec.get("prefetch") is None else prefetched(batch, spec["prefetch"])
 
 
 def _compression(spec) -> str:
@@ -65,7 +68,7 @@ def _records(tf, spec):
 def _dataset(spec, parse, *, normalise_batch: bool):
     """TFRecordDataset -> map(parse) -> batch -> [one Dequantize pass] -> prefetch, AUTOTUNE."""
     tf = _tf()
-    from queuekit.pipelines.batching import normalized
+    from queuekit.pipelines.delivery import normalized
 
     ds = _records(tf, spec).repeat()
     if spec["shuffle"]:
@@ -91,7 +94,7 @@ def _tfdata_batched(spec, layout):
     """tf.data vectorised, as its guide advises: batch the records, then parse them together
     (what ``read_many`` does in the queues), the same after-batch normalisation."""
     tf = _tf()
-    from queuekit.pipelines.batching import normalized
+    from queuekit.pipelines.delivery import normalized
     from queuekit.pipelines.layout import parse_records
 
     def parse(ser):
@@ -141,7 +144,7 @@ def _read_ceiling(spec, layout):
 def _normalise_ceiling(spec, layout):
     """Normalising one in-memory uint8 batch: the step's share no input pipeline avoids."""
     tf = _tf()
-    from queuekit.pipelines.batching import normalized
+    from queuekit.pipelines.delivery import normalized
 
     shape = [spec["batch_size"], *layout.shape]
     pixels = tf.Variable(tf.zeros(shape, tf.uint8), trainable=False,

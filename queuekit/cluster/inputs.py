@@ -69,7 +69,7 @@ def worker_inputs(device: str | None = None):
 
 @dataclasses.dataclass(frozen=True)
 class Shard:
-    """This worker's share of the input (``tfrecord_batches(shard=Shard(i, n))``).
+    """This worker's share of the input (``tfrecord_batches(source=Shard(i, n))``).
 
     ``by="file"``: every ``count``-th file from ``index`` (an error with fewer
     files than shards); ``by="record"``: every file, and its share of the
@@ -102,7 +102,7 @@ class Shard:
 @dataclasses.dataclass(frozen=True)
 class WorkQueueInput:
     """Files from a work queue on a parameter server
-    (``tfrecord_batches(work_queue=WorkQueueInput("/job:ps/task:0"))``).
+    (``tfrecord_batches(source=WorkQueueInput("/job:ps/task:0"))``).
 
     The chief fills the queue, so fast workers read more files and each is read
     once per epoch across the cluster (``docs/cluster.rst``). A worker silent

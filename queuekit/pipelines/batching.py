@@ -21,8 +21,9 @@ import tensorflow as tf
 
 from queuekit.errors import UnknownBatchSize
 from queuekit.features import install
-from queuekit.graph_keys import FILE_KEY, GraphKeys
-from queuekit.pipelines.graph_care import report_for_finalize, summaries_kept_out
+from queuekit.graph_keys import GraphKeys
+from queuekit.pipelines.delivery import deliver, queued_whole
+from queuekit.pipelines.graph_care import summaries_kept_out
 from queuekit.pipelines.placement import input_device, pinned
 from queuekit.pipelines.varlen import (
     element_shapes,
@@ -30,7 +31,7 @@ from queuekit.pipelines.varlen import (
     shuffled_elements,
     with_lengths,
 )
-from queuekit.resume.graph import POSITION_KEY, epoch_files, reads, take_consumed
+from queuekit.resume.graph import POSITION_KEY, epoch_files, reads
 
 if TYPE_CHECKING:
     from queuekit.cluster.inputs import WorkQueueInput
@@ -360,24 +361,6 @@ def file_batches(files, read, opts: Batching, *, read_many: int | str, name: str
                        position=position, work=work)
 
 
-def deliver(batch: dict, *, normalize: bool, prefetch: int, position=None, work=None) -> dict:
-    """The batch queue's output as the user gets it: normalised, made ready ahead of the
-    step with ``prefetch``, then a work queue's files and the reader keys taken out, so a
-    batch is consumed when the step takes it, not when the ready stage does.
-
-    Also made now, for a graph the program finalizes before its session starts: the op
-    that says which variables have no value yet (:func:`report_for_finalize`)."""
-    report_for_finalize()
-    batch = finish(batch, normalize)
-    if prefetch:
-        batch = ready_batches(batch, prefetch)
-    if work is not None:
-        work.consumed = batch.pop(FILE_KEY, None)  # None: acks when read
-    if position is not None:
-        batch = take_consumed(position, batch)
-    return batch
-
-
 def check_whole(opts: Batching) -> None:
     """What ``read_many="batch"`` cannot do: each batch is one reader's read, in order."""
     if opts.shuffle:
@@ -402,53 +385,7 @@ def whole_batches(readers: list[dict], *, capacity: int) -> dict:
     resume); the batch dimension is None (:func:`~queuekit.pad_last_batch` makes it
     static).
     """
-    return _queued_whole(readers, capacity, "whole_batches", GraphKeys.WHOLE_BATCHES)
-
-
-_SPARSE_PARTS = ("indices", "values", "dense_shape")
-
-
-def ready_batches(batch: dict, capacity: int) -> dict:
-    """Batches made ready ahead of the step, as ``tf.data``'s ``prefetch`` (and Slim's
-    ``prefetch_queue``) do: one runner thread takes each batch out of the batch queue
-    (the dequeue's copy of every record into the batch, and the normalisation) and
-    queues it whole; the step's run only takes it, by reference.
-
-    Where the step is the slow side, that work was on its critical path: 5 ms of a
-    38 ms step on workload (c) (``docs/benchmarks.rst``). The reader keys and a work
-    queue's files travel with the batch, so a batch is consumed when the step takes it
-    from here, not before.
-    """
-    return _queued_whole([batch], capacity, "ready_batches", GraphKeys.READY_BATCHES)
-
-
-def _queued_whole(sources: list[dict], capacity: int, name: str, collection: str) -> dict:
-    """A FIFO queue whose element is a whole dict of tensors (one enqueue op, so one runner
-    thread, per source), named in ``collection`` (its single dequeue takes a batch); what
-    it dequeues, with the sources' static shapes and SparseTensors rebuilt."""
-    first = _dense_parts(sources[0])
-    names = sorted(first)
-    queue = tf.queue.FIFOQueue(capacity, [first[k].dtype for k in names], names=names,
-                               name=name)
-    _v1.train.add_queue_runner(_v1.train.QueueRunner(queue, [queue.enqueue(_dense_parts(t))
-                                                             for t in sources]))
-    _v1.add_to_collection(collection, queue.queue_ref.op.name)
-    parts = queue.dequeue()
-    for k in names:
-        parts[k].set_shape(first[k].shape)
-    return {k: (tf.SparseTensor(*(parts[f"{k}/{p}"] for p in _SPARSE_PARTS))
-                if isinstance(v, tf.SparseTensor) else parts[k]) for k, v in sources[0].items()}
-
-
-def _dense_parts(tensors: dict) -> dict:
-    """A queue holds dense tensors: a SparseTensor (Inception's boxes) as its three parts."""
-    out = {}
-    for k, v in tensors.items():
-        if isinstance(v, tf.SparseTensor):
-            out.update({f"{k}/{p}": getattr(v, p) for p in _SPARSE_PARTS})
-        else:
-            out[k] = v
-    return out
+    return queued_whole(readers, capacity, "whole_batches", GraphKeys.WHOLE_BATCHES)
 
 
 def make_batch(tensors_list, *, batch_size, shuffle, seed, capacity, min_after_dequeue,
@@ -471,23 +408,3 @@ def make_batch(tensors_list, *, batch_size, shuffle, seed, capacity, min_after_d
     return _v1.train.batch_join(tensors_list, batch_size, capacity=capacity,
                                 enqueue_many=enqueue_many, dynamic_pad=dynamic_pad,
                                 allow_smaller_final_batch=allow_smaller)
-
-
-def finish(batch, normalize):
-    image = batch.get("image")
-    if normalize and isinstance(image, tf.Tensor) and image.dtype == tf.uint8:
-        batch["image"] = normalized(image)
-    return batch
-
-
-def normalized(image_uint8: tf.Tensor) -> tf.Tensor:
-    """The seed's ``image * (1 / 255) - 0.5`` as float32, in one pass over the batch.
-
-    ``Dequantize`` of the same bytes seen as quint8 computes ``min + x * (max
-    - min) / 255``, which for min=-0.5, max=0.5 is the seed's formula bit for
-    bit. Cast, multiply and subtract are three passes over a 25 MB float
-    batch (32 x 256x256x3) on the step's critical path; this is one, which
-    made the fastest configurations faster (``docs/benchmarks.rst``).
-    """
-    as_quint8 = tf.bitcast(image_uint8, tf.quint8)  # a view: same bytes, no copy
-    return tf.quantization.dequantize(as_quint8, -0.5, 0.5, mode="MIN_COMBINED")

@@ -21,6 +21,7 @@ from queuekit.pipelines.batching import (
     read_count,
     records_per_read,
 )
+from queuekit.pipelines.options import spelled
 from queuekit.records.files import check_sizes, expand_files
 
 _v1 = tf.compat.v1
@@ -64,7 +65,7 @@ def fixed_length_batches(files, layout="cifar10", *, record_bytes: int | None = 
                          capacity: int | None = None, min_after_dequeue: int | None = None,
                          allow_smaller_final_batch: bool | None = None,
                          normalize: bool = True, max_readers: int | None = None,
-                         prefetch: int | None = None, name: str | None = None):
+                         name: str | None = None, **earlier):
     """Batches of ``image`` (HWC) and ``label`` from fixed-length binary files (CIFAR-10's).
 
     Args:
@@ -75,13 +76,16 @@ def fixed_length_batches(files, layout="cifar10", *, record_bytes: int | None = 
             layout's. ``record_bytes`` is required with ``parse_fn``.
         parse_fn: your function from one record's bytes (a scalar string; a
             vector of them with ``read_many``) to a dict of fixed-shape tensors.
-        The others: as in :func:`~queuekit.tfrecord_batches`.
+        The others: as in :func:`~queuekit.tfrecord_batches` (``prefetch=`` of earlier
+        versions too, now :func:`~queuekit.prefetched`).
 
     Raises:
         InputNotFound: nothing matches ``files``.
         CorruptRecordError: a file's size is not header + k x record_bytes + footer.
         DatasetError: the files hold no records.
     """
+    prefetch = spelled("fixed_length_batches", None, None, earlier,
+                       accepts=("prefetch",)).prefetch
     num_readers = default_readers(num_readers, parse_fn, num_epochs=num_epochs)
     records_per_read(read_many, num_readers)  # a bad read_many is an error before any I/O
     opts = Batching(batch_size, num_epochs, shuffle, seed, num_readers, num_threads, capacity,

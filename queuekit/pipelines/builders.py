@@ -10,7 +10,7 @@ that does not match its declared shape.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
@@ -21,20 +21,18 @@ from queuekit.pipelines.batching import (
     default_readers,
     file_batches,
     mark_decoding,
-    normalized,
     quiet_deprecations,
     read_count,
     records_per_read,
 )
-from queuekit.pipelines.decode import DecodeOptions, image_size_pair
+from queuekit.pipelines.delivery import normalized
 from queuekit.pipelines.layout import parse_records, record_layout
+from queuekit.pipelines.options import Decode, spelled
 from queuekit.pipelines.placement import input_device
 from queuekit.records.files import check_files, compression_of_all, expand_files
 from queuekit.records.tfrecord import first_record
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
     from queuekit.cluster.inputs import Shard, WorkQueueInput
 
 __all__ = ["normalized", "quiet_deprecations", "tfrecord_batches"]
@@ -42,14 +40,6 @@ __all__ = ["normalized", "quiet_deprecations", "tfrecord_batches"]
 _v1 = tf.compat.v1
 # What tf.io.decode_image reads (first frame of animations).
 _COMPRESSIONS = ("auto", "", "GZIP", "ZLIB")
-
-
-class EarlierKeywords(TypedDict, total=False):
-    """Keywords of earlier versions, still accepted: each is now part of an object."""
-
-    shard_by: str  # Shard(..., by=)
-    lost_after_secs: float  # WorkQueueInput(..., lost_after_secs=)
-    on_lost: str  # WorkQueueInput(..., on_lost=)
 
 
 def _reader(compression: str):
@@ -72,18 +62,15 @@ def _compression(files, compression, *, walked: bool) -> str:
 
 def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = None,
                      shuffle: bool = False, seed: int | None = None,
-                     num_readers: int | str | None = None,
-                     num_threads: int = 1, read_many: int | str | None = None,
-                     capacity: int | None = None, min_after_dequeue: int | None = None,
+                     num_readers: int | str | None = None, num_threads: int = 1,
+                     read_many: int | str | None = None, capacity: int | None = None,
+                     min_after_dequeue: int | None = None,
                      allow_smaller_final_batch: bool | None = None,
-                     image_shape=None, normalize: bool = True, check_framing: bool = True,
-                     schema="auto", parse_fn=None, compression: str = "auto",
-                     image_size=None, dct_method: str = "", random_crop=None,
-                     max_readers: int | None = None,
-                     shard: Shard | tuple[int, int] | None = None,
-                     work_queue: WorkQueueInput | str | None = None,
-                     prefetch: int | None = None, name: str | None = None,
-                     **spelled_before: Unpack[EarlierKeywords]) -> dict[str, tf.Tensor]:
+                     max_readers: int | None = None, normalize: bool = True,
+                     decode: Decode | None = None, parse_fn=None,
+                     source: Shard | WorkQueueInput | tuple | str | None = None,
+                     compression: str = "auto", check_framing: bool = True,
+                     name: str | None = None, **earlier) -> dict[str, tf.Tensor]:
     """Batches of ``image`` and ``label`` (and the schema's extras: ``label_text``...).
 
     Build it inside a :class:`~queuekit.QueueSession` (or any TF1 graph) and run it.
@@ -118,42 +105,35 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         min_after_dequeue: with ``shuffle``; default half the capacity.
         allow_smaller_final_batch: default True when ``num_epochs`` is set, so
             no record is lost.
-        image_shape: (H, W, C) of raw records that do not say (the seed's: 256x256x3).
-        normalize: float32 ``image / 255 - 0.5`` (the seed's); False gives uint8.
-        check_framing: walk every file's record headers first (12 bytes read per
-            record), so a file cut short is an error, not a silently short epoch.
-        schema: ``"auto"`` recognises queuekit's, the seed's, Inception/Slim's
-            and TF's MNIST layouts from the first record (and logs its choice);
-            or a preset name (``queuekit.SCHEMAS``) or a :class:`~queuekit.RecordSchema`.
+        normalize: float32 ``image / 255 - 0.5`` (the seed's), after batching;
+            False gives uint8.
+        decode: how a record becomes an image, a :class:`~queuekit.Decode`
+            (its schema, resize, crop; by default the layout is recognised from
+            the first record).
         parse_fn: instead of a schema, your function from a serialized record
             (a scalar string; a vector of them with ``read_many``) to a dict of
             tensors of fixed shapes; ``image`` is normalised if it is uint8.
         compression: ``"auto"`` reads GZIP/ZLIB files (``TFRecordOptions``)
             from their first bytes; ``""``, ``"GZIP"``, ``"ZLIB"`` insist.
-        image_size: (height, width) to resize encoded images to (Inception's
-            photos differ in size); None requires all to match the first.
-        dct_method: ``decode_jpeg``'s ``dct_method`` (``INTEGER_FAST`` is faster
-            and not exact).
-        random_crop: (min, max) area fraction of a random crop taken before
-            the resize, decoding only the window (``decode_and_crop_jpeg``).
+        check_framing: walk every file's record headers first (12 bytes read per
+            record), so a file cut short is an error, not a silently short epoch.
         max_readers: with ``num_readers="auto"``.
-        shard: this worker's share, a :class:`~queuekit.cluster.Shard`
-            (``(index, count)`` for every ``count``-th file from ``index``).
-        work_queue: files from a work queue on a parameter server, a
-            :class:`~queuekit.cluster.WorkQueueInput` (or its device,
-            ``"/job:ps/task:0"``). A ``parse_fn`` must then give one element
-            per record read.
-        prefetch: batches made ready ahead of the step (``tf.data``'s
-            ``prefetch``): one more runner thread takes each batch out of the
-            batch queue and normalises it while the step runs, so a step-bound
-            loop does not wait for that (``docs/benchmarks.rst``). 0: none;
-            by default 2 with ``num_readers="auto"``, as ``tf.data``'s AUTOTUNE
-            pipelines prefetch, else 0.
+        source: where this worker's files come from on a cluster: its share, a
+            :class:`~queuekit.cluster.Shard` (``(index, count)`` for every
+            ``count``-th file from ``index``), or a work queue on a parameter
+            server, a :class:`~queuekit.cluster.WorkQueueInput` (or its device,
+            ``"/job:ps/task:0"``; a ``parse_fn`` must then give one element per
+            record read).
         name: name scope.
 
-    The keywords of earlier versions still work: ``shard_by`` (now
-    ``Shard(..., by=)``), ``lost_after_secs`` and ``on_lost`` (now
-    ``WorkQueueInput``'s).
+    Batches are made ready ahead of the step (2 of them) with ``num_readers="auto"``;
+    :func:`~queuekit.prefetched` sets how many.
+
+    The keywords of earlier versions still work, with a ``DeprecationWarning``:
+    ``schema``, ``image_shape``, ``image_size``, ``dct_method``, ``random_crop``
+    (now ``decode=Decode(...)``), ``shard``, ``work_queue``, ``shard_by``,
+    ``lost_after_secs``, ``on_lost`` (now ``source=``) and ``prefetch`` (now
+    :func:`~queuekit.prefetched`).
 
     On a cluster the input is pinned to this worker (:func:`~queuekit.worker_inputs`)
     and, unless ``read_many`` or ``parse_fn`` is given, reads
@@ -165,15 +145,13 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         DatasetError: no records, an unknown layout, mixed compressions.
         CorruptRecordError: a file's framing is broken (``check_framing``).
     """
-    unknown = set(spelled_before) - set(EarlierKeywords.__annotations__)
-    if unknown:
-        raise TypeError(f"tfrecord_batches() got unexpected keyword arguments: {sorted(unknown)}")
-    shard, work_queue = _cluster_options(shard, work_queue, spelled_before)
+    given = spelled("tfrecord_batches", decode, source, earlier)
+    shard, work_queue = _split_source(given.source)
     num_readers = default_readers(num_readers, parse_fn, work_queue, num_epochs)
     records_per_read(read_many, num_readers)  # a bad read_many is an error before any I/O
     opts = Batching(batch_size, num_epochs, shuffle, seed, num_readers, num_threads, capacity,
                     min_after_dequeue, allow_smaller_final_batch, normalize, max_readers,
-                    work_queue, prefetch)
+                    work_queue, given.prefetch)
     files, record_shard = expand_files(files), None
     if shard is not None:
         from queuekit.cluster.inputs import shard_files
@@ -187,17 +165,16 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         check_files(files)
     raw_bytes, encoded = None, False
     if parse_fn is not None:
-        if schema != "auto":
-            raise ValueError("give schema or parse_fn, not both")
+        if given.decode != Decode():
+            raise ValueError("give decode (or schema) or parse_fn, not both")
         if not any(first_record(path) for path in files):  # as a schema's look at record 0
             raise DatasetError(f"no records in {', '.join(files)}")
 
         def parse(serialized, _keys):
             return parse_fn(serialized)
     else:
-        size = None if image_size is None else image_size_pair(image_size)
-        layout = record_layout(files, image_shape, schema, DecodeOptions(
-            size, dct_method, None if random_crop is None else tuple(random_crop), seed))
+        layout = record_layout(files, given.decode.image_shape, given.decode.schema,
+                               given.decode.options(seed))
         raw_bytes = layout.image_bytes if layout.fmt == "raw" else None
         encoded = raw_bytes is None
 
@@ -227,19 +204,12 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
     return batch
 
 
-def _cluster_options(shard, work_queue,
-                     spelled_before) -> tuple[Shard | None, WorkQueueInput | None]:
-    """(Shard or None, WorkQueueInput or None) from a builder's arguments; the cluster's
-    module is loaded only when one is given."""
-    if shard is None and work_queue is None and not spelled_before:
+def _split_source(source) -> tuple[Shard | None, WorkQueueInput | None]:
+    """(Shard or None, WorkQueueInput or None) of a builder's source."""
+    if source is None:
         return None, None
-    from queuekit.cluster.inputs import Shard, WorkQueueInput
-    shard = Shard.of(shard, spelled_before.get("shard_by"))
-    work_queue = WorkQueueInput.of(work_queue, spelled_before.get("lost_after_secs"),
-                                   spelled_before.get("on_lost"))
-    if work_queue and shard is not None:
-        raise ValueError("give shard or work_queue, not both")
-    return shard, work_queue
+    from queuekit.cluster.inputs import Shard
+    return (source, None) if isinstance(source, Shard) else (None, source)
 
 
 def _records(reader, filename_queue, read_many, record_shard):

@@ -90,8 +90,9 @@ def decode_encoded(contents, key, shape, fmt: str, options: DecodeOptions):
     got = tf.shape(image)
     h, w, c = shape
     check = tf.debugging.Assert(tf.reduce_all(tf.equal(got, shape)), [
-        f"decoded {fmt} image is not {h}x{w}x{c} (pass image_size=(height, width) to resize "
-        f"images of other sizes); record (file:byte offset) and decoded shape:", key, got])
+        f"decoded {fmt} image is not {h}x{w}x{c} (pass decode=qk.Decode(image_size=(height, "
+        f"width)) to resize images of other sizes); record (file:byte offset) and decoded "
+        f"shape:", key, got])
     with tf.control_dependencies([check]):
         image = tf.identity(image)
     image.set_shape(shape)  # the Assert checked it (an EnsureShape could fail first, unnamed)

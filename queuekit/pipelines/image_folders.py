@@ -10,7 +10,6 @@ import tensorflow as tf
 from queuekit.pipelines.batching import (
     Batching,
     capacity_for,
-    deliver,
     keeps_last_batch,
     make_batch,
     mark_tuned,
@@ -20,6 +19,8 @@ from queuekit.pipelines.batching import (
     shuffle_sizes,
 )
 from queuekit.pipelines.decode import image_size_pair, resized
+from queuekit.pipelines.delivery import deliver
+from queuekit.pipelines.options import spelled
 from queuekit.pipelines.placement import input_device, pinned
 from queuekit.records.folder import ImageFolder, scan_image_folder
 from queuekit.resume.graph import POSITION_KEY, epoch_files, reads
@@ -34,8 +35,7 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
                          capacity: int | None = None, normalize: bool = True,
                          max_threads: int | None = None,
                          allow_smaller_final_batch: bool | None = None,
-                         prefetch: int | None = None,
-                         name: str | None = None) -> dict[str, tf.Tensor]:
+                         name: str | None = None, **earlier) -> dict[str, tf.Tensor]:
     """Batches read straight from a class-per-folder image tree.
 
     ``slice_input_producer`` over the paths and labels of
@@ -46,8 +46,12 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
     Returns ``image``, ``label`` and ``filename``. ``num_threads="auto"`` builds
     ``max_threads`` (default: 8, or the cores up to 16) and lets the session's
     tuner keep only as many running as raise the rate. ``allow_smaller_final_batch``
-    and ``prefetch``: as in :func:`tfrecord_batches` (by default 2 with ``num_threads="auto"``).
+    and prefetch (:func:`~queuekit.prefetched`): as in :func:`tfrecord_batches` (by default
+    2 batches made ready with ``num_threads="auto"``); ``prefetch=`` of earlier versions
+    still works, with a ``DeprecationWarning``.
     """
+    prefetch = spelled("image_folder_batches", None, None, earlier,
+                       accepts=("prefetch",)).prefetch
     Batching(batch_size=batch_size, prefetch=prefetch)  # checks them
     prefetch = ready_count(prefetch, num_threads)
     num_threads, tuned = resolve_count("num_threads", num_threads, max_threads)

@@ -110,8 +110,8 @@ def record_layout(files, image_shape=None, schema="auto",
         if chosen is None:
             raise BadRecordError(f"{path}: record 0 is not a layout queuekit knows "
                                f"({how_to_declare(feats)})")
-        log.info("%s: read with the %s, detected from record 0; pass schema= to choose "
-                 "another", path, chosen.describe())
+        log.info("%s: read with the %s, detected from record 0; pass "
+                 "decode=qk.Decode(schema=...) to choose another", path, chosen.describe())
     if chosen.image not in feats:
         raise BadRecordError(f"{path}: record 0 has no {chosen.image!r} feature for the "
                            f"{chosen.describe()} ({how_to_declare(feats)})")

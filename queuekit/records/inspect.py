@@ -83,12 +83,13 @@ class InspectReport:
                  + (f", {len(f.corrupt)} corrupt" if f.corrupt else "") for f in self.files]
         if self.sequence_examples:
             lines.append(f"layout: SequenceExample ({self.sequence_examples} record(s)): a "
-                         f"context and feature lists; schema= reads the context only: read "
+                         f"context and feature lists; a schema reads the context only: read "
                          f"them with parse_fn= and tf.io.parse_single_sequence_example "
                          f"(variable lengths are padded per batch; docs/datasets.rst)")
         else:
             lines.append("layout: " + (", ".join(f"{k}: {v}" for k, v in sorted(
-                self.schemas.items())) or "none queuekit knows (pass schema= or parse_fn=)"))
+                self.schemas.items())) or "none queuekit knows (pass "
+                                          "decode=Decode(schema=) or parse_fn=)"))
         lines.append(("context: " if self.sequence_examples else "features: ") + ", ".join(
             f"{n} ({d['type']}{'' if d['lengths'] == [1] else ' x' + str(d['lengths'])})"
             for n, d in sorted(self.features.items())))

@@ -133,8 +133,9 @@ def how_to_declare(features: Iterable[str]) -> str:
     names = sorted(features)
     byte_like = [n for n in names if any(w in n for w in ("image", "img", "encoded", "raw"))]
     image = byte_like[0] if byte_like else "<bytes feature>"
-    return (f"features: {names}; declare the layout, e.g. schema=queuekit.RecordSchema("
-            f"'mine', image={image!r}, encoding='jpeg', label='<int64 feature>'), or pass "
+    return (f"features: {names}; declare the layout, e.g. decode=queuekit.Decode(schema="
+            f"queuekit.RecordSchema('mine', image={image!r}, encoding='jpeg', "
+            f"label='<int64 feature>')), or pass "
             f"parse_fn=<your function from a serialized record to a dict of tensors>")
 
 

@@ -81,6 +81,7 @@ class InputPosition:
     reads: list = dataclasses.field(default_factory=list)
     consumed: Any = None  # a queue of the reader keys of each batch a run took out
     tally: Any = None  # op: consumed notes from now on (a queuekit session tallies)
+    tallying: Any = None  # its variable (1 once tallying)
     drain: Any = None  # (names, which, places) of the keys in ``consumed``, taken out
 
 
@@ -214,21 +215,23 @@ def take_consumed(position: InputPosition, batch: dict) -> dict:
     (``docs/benchmarks.rst``)."""
     keys = batch.pop(POSITION_KEY)
     with tf.name_scope("consumed"):
-        # An element per batch; unbounded: the session drains it every thousand runs.
-        queue = position.consumed = tf.queue.FIFOQueue(-1, [tf.string], shapes=[[]],
-                                                       name="consumed_keys")
-        tallying = _v1.Variable(0, dtype=tf.int32, trainable=False, name="tallying",
-                                collections=[_v1.GraphKeys.LOCAL_VARIABLES], use_resource=True)
-        position.tally = tallying.assign(1)
+        if position.consumed is None:  # one queue, whatever batch (qk.prefetched's) notes in it
+            # An element per batch; unbounded: the session drains it every thousand runs.
+            queue = position.consumed = tf.queue.FIFOQueue(-1, [tf.string], shapes=[[]],
+                                                           name="consumed_keys")
+            position.tallying = _v1.Variable(
+                0, dtype=tf.int32, trainable=False, name="tallying",
+                collections=[_v1.GraphKeys.LOCAL_VARIABLES], use_resource=True)
+            position.tally = position.tallying.assign(1)
+            # One run drains what is there (one drainer at a time: it never waits).
+            position.drain = _split_keys(queue.dequeue_many(queue.size()))
         # A batch's keys joined into one string: held until a drain, 32 strings a batch
         # were small blocks scattered among the records' freed large ones, and glibc then
         # faulted in fresh pages for records (3.5 faults per 196 KB record, against 0.05
         # joined; docs/benchmarks.rst). NUL: the one byte no POSIX file name holds.
         joined = tf.expand_dims(tf.strings.reduce_join(keys, separator="\0"), 0)
         # Sliced, not a cond: no element at all until a session tallies.
-        noted = queue.enqueue_many([joined[:tallying.read_value()]])
-        # One run drains what is there (one drainer at a time: it never waits).
-        position.drain = _split_keys(queue.dequeue_many(queue.size()))
+        noted = position.consumed.enqueue_many([joined[:position.tallying.read_value()]])
     with tf.control_dependencies([noted]):
         return {k: _identity(v) for k, v in batch.items()}
 

@@ -153,7 +153,7 @@ class InputReport:
             return head
         if self.bound == "step-bound":
             return f"{head}; the steps take {rate:,.0f} rec/s and the readers keep up" + (
-                "" if self.ready else "; prefetch=2 on the builder takes the batch out of "
+                "" if self.ready else "; qk.prefetched(batch, 2) takes the batch out of "
                 "its queue while the step runs")
         rates = f"; the readers deliver {rate:,.0f} rec/s" + (
             "" if capacity is None else f", the steps could take {capacity:,.0f}")
