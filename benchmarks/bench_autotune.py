@@ -31,6 +31,7 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
+import smoke  # noqa: E402
 from bench_read import merge  # noqa: E402
 
 import queuekit as qk  # noqa: E402
@@ -180,7 +181,8 @@ def main():
                     help="every session with its thread pools' spinning off")
     ap.add_argument("--compare", default=None,
                     help="reference rows (bench --compare); default tfdata, and ceilings on (a)")
-    args = ap.parse_args()
+    args = smoke.parse(ap, seconds=0.2, repeat=1, rounds=1, workloads="a", readers="1,auto",
+                       threads="1", images=16, compare="tfdata")
     names = args.workloads.split(",")
     worst: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:

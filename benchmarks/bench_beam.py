@@ -22,6 +22,9 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from benchmarks.bench_make import photos  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(__file__))
+import smoke  # noqa: E402
+
 CONFIGS = {
     "local make, 2 workers": ["--workers", "2"],
     "beam, 2 workers (multi_processing)": ["--runner", "beam", "--workers", "2"],
@@ -33,7 +36,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--images", type=int, default=1500)
     ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args()
+    args = smoke.parse(ap, images=8, repeat=1)
     rates: dict[str, list[float]] = {name: [] for name in CONFIGS}
     walls: dict[str, list[float]] = {name: [] for name in CONFIGS}
     with tempfile.TemporaryDirectory() as tmp:

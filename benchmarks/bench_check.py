@@ -19,6 +19,9 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from queuekit.records.tfrecord import check_framing, frame  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(__file__))
+import smoke  # noqa: E402
+
 
 def write(path, record_bytes, total):
     record = frame(os.urandom(record_bytes))
@@ -47,7 +50,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--gb", type=float, default=1.0)
     parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args()
+    args = smoke.parse(parser, gb=0.002, repeat=1)
     with tempfile.TemporaryDirectory() as tmp:
         for record_bytes in (196_608, 1_024):
             path = os.path.join(tmp, f"r{record_bytes}.tfrecords")

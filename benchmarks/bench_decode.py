@@ -31,6 +31,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+import smoke  # noqa: E402
 
 CONFIGS = {
     "queuekit readers=1": {"kind": "queuekit", "readers": 1},
@@ -82,7 +84,7 @@ def measure(config: dict, files: list[str], seconds: float) -> float:
     import tensorflow as tf
 
     import queuekit as qk
-    from queuekit.pipelines.batching import normalized
+    from queuekit.pipelines.delivery import normalized
 
     v1 = tf.compat.v1
     with tf.Graph().as_default():
@@ -131,7 +133,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--files", nargs="*", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = smoke.parse(ap, records=12, seconds=0.2, rounds=1)
     if args.child:
         print(json.dumps(measure(CONFIGS[args.child], args.files, args.seconds)))
         return

@@ -30,6 +30,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import smoke  # noqa: E402
+
 CASES = ("plain", "queuekit", "report_off", "monitored", "slim")
 BATCH, FEATURES, UNITS = 16, 32, 64
 
@@ -128,7 +131,7 @@ def main(argv=None) -> int:
                         help="every measurement in this process (TensorFlow's thread pools "
                              "made once): less spread between rounds")
     parser.add_argument("--one", choices=CASES, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args = smoke.parse(parser, argv, rounds=1, steps=3, warmup=1, time_steps=10)
     if args.one:
         print(json.dumps(one(args.one, args.steps, args.warmup, args.time_steps)))
         return 0

@@ -20,6 +20,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import queuekit as qk  # noqa: E402
 from tests.seed import makeTFRec  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(__file__))
+import smoke  # noqa: E402
+
 
 def photos(root, n):
     rng = np.random.default_rng(0)
@@ -38,7 +41,7 @@ def main():
     ap.add_argument("--start-method", nargs="+", default=["fork", "forkserver"],
                     help="worker start methods to time (this script imports TensorFlow, so "
                          "forkserver workers import it again: see the README)")
-    args = ap.parse_args()
+    args = smoke.parse(ap, images=8, repeat=1, start_method=["fork"])
     with tempfile.TemporaryDirectory() as tmp:
         photos(os.path.join(tmp, "img"), args.images)
         folder = qk.scan_image_folder(os.path.join(tmp, "img"))

@@ -22,6 +22,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import queuekit as qk  # noqa: E402
 from queuekit.demo import generate_images  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(__file__))
+import smoke  # noqa: E402
+
+GRID = dict(readers=(1, 2, 4), threads=(1, 2), read_many=(None, 64),
+            compare=("tfdata", "seed", "hand"))
+
 
 def merge(reports):
     """One report whose rows hold the median over rounds (failed rounds left out)."""
@@ -47,14 +53,15 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json")
-    args = ap.parse_args()
+    args = smoke.parse(ap, records=16, seconds=0.2, repeat=1, rounds=1, grid=dict(
+        readers=(1,), threads=(1,), read_many=(None,), compare=("tfdata", "hand")))
+    grid = getattr(args, "grid", GRID)
     with tempfile.TemporaryDirectory() as tmp:
         generate_images(os.path.join(tmp, "img"), args.records)
         made = qk.write_tfrecords(os.path.join(tmp, "img"), os.path.join(tmp, "d.tfrecords"),
                                   shards=4, progress=False)
-        reports = [qk.benchmark(made.outputs, readers=(1, 2, 4), threads=(1, 2),
-                                read_many=(None, 64), seconds=args.seconds, repeat=args.repeat,
-                                compare=("tfdata", "seed", "hand"), progress=True)
+        reports = [qk.benchmark(made.outputs, **grid, seconds=args.seconds,
+                                repeat=args.repeat, progress=True)
                    for _ in range(args.rounds)]
     report = merge(reports)
     print(report.table())

@@ -24,6 +24,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import smoke  # noqa: E402
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 
@@ -78,7 +81,7 @@ def main():
     ap.add_argument("--cases", default="s,cnn,mlp")
     ap.add_argument("--one", nargs=3, metavar=("CASE", "SPINNING", "FILES_JSON"),
                     help="one measurement in this process (for a profiler)")
-    args = ap.parse_args()
+    args = smoke.parse(ap, rounds=1, seconds=0.3, cases="mlp")
     sys.path.insert(0, ROOT)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if args.one:

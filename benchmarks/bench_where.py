@@ -19,7 +19,9 @@ import tempfile
 import threading
 import time
 
-from bench_resume import ROOT, workload_a
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import smoke  # noqa: E402
+from workloads import ROOT, workload_a  # noqa: E402
 
 
 def traced(sess, fetch, runs: int):
@@ -51,7 +53,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=2000)
     ap.add_argument("--runs", type=int, default=60)
-    args = ap.parse_args()
+    args = smoke.parse(ap, records=64, runs=3)
     sys.path.insert(0, ROOT)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf

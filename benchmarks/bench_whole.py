@@ -19,16 +19,19 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
+import smoke  # noqa: E402
 from bench_read import merge  # noqa: E402
 
 import queuekit as qk  # noqa: E402
 from queuekit.demo import generate_images  # noqa: E402
 
 
-def _data(tmp: str) -> dict[str, list[str]]:
+def _data(tmp: str, names, scale: float = 1.0) -> dict[str, list[str]]:
     out = {}
     for name, count, size in (("a", 2000, 256), ("s", 4000, 64)):
-        generate_images(os.path.join(tmp, name), count)
+        if name not in names:
+            continue
+        generate_images(os.path.join(tmp, name), max(8, int(count * scale)))
         out[name] = qk.write_tfrecords(os.path.join(tmp, name),
                                        os.path.join(tmp, f"{name}.tfrecords"),
                                        image_size=(size, size), shards=4,
@@ -47,9 +50,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--workloads", default="a,s")
-    args = ap.parse_args()
+    args = smoke.parse(ap, rounds=1, seconds=0.2, workloads="s", scale=0.004)
     with tempfile.TemporaryDirectory() as tmp:
-        data = _data(tmp)
+        data = _data(tmp, args.workloads.split(","), getattr(args, "scale", 1.0))
         for name in args.workloads.split(","):
             reports = [qk.benchmark(data[name], readers=(1, 2), threads=(2,),
                                     read_many=(32, "batch"), seconds=args.seconds,

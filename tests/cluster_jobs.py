@@ -31,5 +31,7 @@ def worker_graph(cluster, i, scope, build):
 def work_batches(files, name, **kw):
     """Two epochs of ids from a work queue on the ps."""
     kw = {"num_epochs": 2, "capacity": 20, **kw}
+    lost = {k: kw.pop(k) for k in ("lost_after_secs", "on_lost") if k in kw}
     return qk.tfrecord_batches(files, batch_size=10, parse_fn=parse, read_many=8,
-                               source="/job:ps/task:0", name=name, **kw)
+                               source=qk.cluster.WorkQueueInput("/job:ps/task:0", **lost),
+                               name=name, **kw)

@@ -342,9 +342,10 @@ def test_a_taken_port_is_named():
 
 
 def test_fewer_files_than_shards_is_an_error(tmp_path):
-    """Fewer files than file shards is an error that points to shard_by='record'."""
+    """Fewer files than file shards is an error that points to Shard(..., by='record')."""
     files = _ids(tmp_path, n_files=2)
-    with tf.Graph().as_default(), pytest.raises(qk.DatasetError, match="shard_by='record'"):
+    with tf.Graph().as_default(), pytest.raises(qk.DatasetError,
+                                                  match=r"Shard\(\.\.\., by='record'\)"):
         qk.tfrecord_batches(files, source=(0, 3), parse_fn=parse, read_many=4)
 
 
@@ -354,7 +355,7 @@ def test_record_shards_split_every_file(tmp_path):
     for i in range(3):
         with qk.QueueSession() as qs:
             b = qk.tfrecord_batches(files, batch_size=5, num_epochs=1, parse_fn=parse,
-                                    read_many=4, shard=(i, 3), shard_by="record")
+                                    read_many=4, source=qk.cluster.Shard(i, 3, by="record"))
             seen.append([j for x in qs.iterate(b) for j in x["id"].tolist()])
     assert sorted(sum(seen, [])) == list(range(50)) and all(seen)
 

@@ -144,7 +144,7 @@ def shard_files(files: list[str], shard: Shard | None) -> tuple[list[str], tuple
     if len(files) < count:
         raise DatasetError(f"{len(files)} files cannot make {count} shards by file (shard "
                            f"{index} would read nothing): give at least {count} files, or "
-                           f"shard_by='record' (every worker reads every file and keeps "
+                           f"Shard(..., by='record') (every worker reads every file and keeps "
                            f"its share of the records)")
     return files[index::count], None
 

@@ -157,7 +157,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         from queuekit.cluster.inputs import shard_files
         files, record_shard = shard_files(files, shard)
     if record_shard and parse_fn is not None and not read_many:
-        raise ValueError("shard_by='record' with parse_fn needs read_many (parse_fn then "
+        raise ValueError("Shard(..., by='record') with parse_fn needs read_many (parse_fn then "
                          "gets a vector of records, the shard's share of each read)")
     device = input_device()  # once: on a cluster each call adds a probe op to the graph
     kind = _compression(files, compression, walked=check_framing)
