@@ -29,7 +29,7 @@ def test_step_ms_makes_the_consumer_the_slow_side(tmp_path):
     assert row.error is None
     assert 0 < row.batches_per_s <= 20
     assert row.queue_fill > 0.8  # near 1: consumer-bound, as the docs say
-    # Input-bound steps wait 0.8 to 1.0 of their time (docs/benchmarks.rst). Not 0.1, the
+    # Input-bound steps wait 0.8 to 1.0 of their time (docs/benchmarks-history.rst). Not 0.1, the
     # verdict's step-bound line: with the queue full a loaded CI machine measured 0.105.
     assert row.input_wait < 0.25
     assert " wait " in report.table().splitlines()[0]

@@ -52,7 +52,7 @@ def test_every_record_exactly_once(tmp_path, threads):
 
 def test_a_thread_that_is_its_read_ops_only_one_runs_in_its_own_thread(tmp_path):
     """Runs of a runner thread whose read op no other thread runs are made in that thread
-    (faster, docs/benchmarks.rst); threads sharing a read op (``batch``'s ``num_threads=4``
+    (faster, docs/benchmarks-history.rst); threads sharing a read op (``batch``'s ``num_threads=4``
     over one reader) would take turns in it, and runners without a reader (the filename
     producer) gain nothing: those keep TensorFlow's pool. Every record arrives either way."""
     files = [write_id_records(tmp_path / f"{k}.tfrecords", 50, start=50 * k) for k in range(3)]

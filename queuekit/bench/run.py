@@ -74,7 +74,7 @@ def benchmark(files, *, readers=(1, 2, 4), threads=(1,), read_many=(None,), pref
         spinning: False runs every row's session with its thread pools' spinning off
             (``ConfigProto.experimental.disable_thread_spinning``). On a machine with
             few cores, the pool threads that spin while idle take CPU from the readers
-            of an input-bound loop (``docs/benchmarks.rst``); a step-bound model may
+            of an input-bound loop (``docs/benchmarks-history.rst``); a step-bound model may
             run slower without it.
         progress: a tqdm bar over the configurations on stderr.
         on_row: called with each :class:`BenchRow` as it finishes.

@@ -54,7 +54,7 @@ def default_max_threads() -> int:
 
     8, or the number of cores up to 16. More than the cores: on 2 cores, 8
     reader threads read raw 256x256x3 records faster than 1 or 2 (measured in
-    ``docs/benchmarks.rst``); the tuner runs only those that pay, and a paused
+    ``docs/benchmarks-history.rst``); the tuner runs only those that pay, and a paused
     one costs a blocked thread.
     """
     return max(8, min(os.cpu_count() or 1, 16))
@@ -99,7 +99,7 @@ def ready_count(prefetch: int | None, num_readers) -> int:
 
     On this machine a ready stage of 2 raised the rate by 5-17% where a 30 ms step
     is the slow side, and on 12 KB records by -1% to 13%; with no step on 196 KB
-    records it measured from -6% to +4% (``docs/benchmarks.rst``). Its cost is one
+    records it measured from -6% to +4% (``docs/benchmarks-history.rst``). Its cost is one
     more runner thread and two normalised batches in memory.
     """
     if prefetch is None:
@@ -130,7 +130,7 @@ def records_per_read(read_many: int | str | None, num_readers, *, remote: bool =
     records ran slower (likely ``enqueue_many``, which copies each record under
     the queue's lock while the dequeue waits). Encoded images gain by it since a
     run is made in its reader's thread: four readers of 64 JPEGs decoded 3-23% faster
-    than four of one, in four runs (``docs/benchmarks.rst``).
+    than four of one, in four runs (``docs/benchmarks-history.rst``).
     """
     if read_many == WHOLE:
         return WHOLE
@@ -378,7 +378,7 @@ def whole_batches(readers: list[dict], *, capacity: int) -> dict:
     """``read_many="batch"``: a queue whose element is one read of ``batch_size`` records,
     dequeued as the batch. The queue holds each read by reference; ``batch_join`` copies
     each record into its queue and again into the batch, under the queue's lock, which
-    made it the slowest part of a reader's path (``docs/benchmarks.rst``).
+    made it the slowest part of a reader's path (``docs/benchmarks-history.rst``).
 
     A batch is one reader's records of one file, in order: ``read_up_to`` stops at the
     end of a file, so a file's last batch is smaller (and so are the first reads after a

@@ -90,7 +90,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
             ``num_preprocess_threads`` did), else 1 (records in file order).
         num_threads: enqueue threads per reader. With one (the default) each
             reader's thread makes its runs itself rather than through TF's pool
-            (faster: ``docs/benchmarks.rst``).
+            (faster: ``docs/benchmarks-history.rst``).
         read_many: read up to this many records per step (``read_up_to`` +
             batched ``parse_example`` + ``enqueue_many``); 0 reads one. None
             reads one, or with ``"auto"`` readers, no ``parse_fn`` and raw
@@ -99,7 +99,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
             ``"batch"``: each read is a whole batch, queued as it is (the
             fastest; no shuffle: a batch is one reader's records of one file in
             order, a file's last batch smaller; the batch dimension is None;
-            ``docs/benchmarks.rst``).
+            ``docs/benchmarks-history.rst``).
         capacity: batch queue capacity; by default about 64 MiB of images
             (:data:`~queuekit.pipelines.batching.QUEUE_BYTES`), at least two batches.
         min_after_dequeue: with ``shuffle``; default half the capacity.

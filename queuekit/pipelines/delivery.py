@@ -73,7 +73,7 @@ def prefetched(batch, buffer_size: int = 2):
         batch = qk.prefetched(qk.tfrecord_batches(files, batch_size=32), 4)
 
     Where the step is the slow side, that work was on its critical path: 5 ms of a
-    38 ms step on workload (c) (``docs/benchmarks.rst``). A builder's batch is built again
+    38 ms step on workload (c) (``docs/benchmarks-history.rst``). A builder's batch is built again
     with its ready stage replaced (run the batch this returns, not the one given); a
     record is consumed, for resume, when the step takes its batch from here. The builders
     make 2 batches ready with ``num_readers="auto"``; ``buffer_size=0`` removes that stage.
@@ -121,7 +121,7 @@ def ready_batches(batch: dict, capacity: int, name: str = "ready_batches") -> di
     queues it whole; the step's run only takes it, by reference.
 
     Where the step is the slow side, that work was on its critical path: 5 ms of a
-    38 ms step on workload (c) (``docs/benchmarks.rst``). The reader keys and a work
+    38 ms step on workload (c) (``docs/benchmarks-history.rst``). The reader keys and a work
     queue's files travel with the batch, so a batch is consumed when the step takes it
     from here, not before.
     """
@@ -171,7 +171,7 @@ def normalized(image_uint8: tf.Tensor) -> tf.Tensor:
     - min) / 255``, which for min=-0.5, max=0.5 is the seed's formula bit for
     bit. Cast, multiply and subtract are three passes over a 25 MB float
     batch (32 x 256x256x3) on the step's critical path; this is one, which
-    made the fastest configurations faster (``docs/benchmarks.rst``).
+    made the fastest configurations faster (``docs/benchmarks-history.rst``).
     """
     as_quint8 = tf.bitcast(image_uint8, tf.quint8)  # a view: same bytes, no copy
     return tf.quantization.dequantize(as_quint8, -0.5, 0.5, mode="MIN_COMBINED")

@@ -26,7 +26,7 @@ pipeline (not a work queue's: its chief keeps books of its own) is built with
   drains now and then. Fetching the keys into Python with every step cost
   about 5% of workload (a) (the runner threads wait for the GIL); counting
   them behind a ``Switch`` about 1.5%; counting them in a table in the step
-  more than the queue (``docs/benchmarks.rst``).
+  more than the queue (``docs/benchmarks-history.rst``).
 
 The pipeline's :class:`InputPosition` is in
 ``graph_objects(graph, GraphKeys.INPUT_POSITIONS)``; ``queuekit.resume.tally``
@@ -118,7 +118,7 @@ def epoch_files(files, num_epochs: int | None, shuffle: bool, seed: int | None, 
         consumed_files = _scratch_table("consumed_files")
         again = tf.logical_or(tf.not_equal(started, resumed.read_value()),
                               tf.equal(consumed_files.lookup(order), 0))
-        order = tf.boolean_mask(order, again)
+        order = _where(order, again)
         queue = tf.queue.FIFOQueue(_PRODUCER_CAPACITY, [tf.string], shapes=[[]])
         _v1.train.add_queue_runner(_v1.train.QueueRunner(queue, [queue.enqueue_many([order])]))
         epoch_value = _v1.placeholder(tf.int64, [], name="epoch_value")
@@ -212,7 +212,7 @@ def take_consumed(position: InputPosition, batch: dict) -> dict:
     (several runs may take batches at once, and the session drains meanwhile), where a
     look-up and an insert need a critical section around them. The table cost 12% of the
     records/s of small records read a batch at a time, the queue 4.5%
-    (``docs/benchmarks.rst``)."""
+    (``docs/benchmarks-history.rst``)."""
     keys = batch.pop(POSITION_KEY)
     with tf.name_scope("consumed"):
         if position.consumed is None:  # one queue, whatever batch (qk.prefetched's) notes in it
@@ -228,7 +228,7 @@ def take_consumed(position: InputPosition, batch: dict) -> dict:
         # A batch's keys joined into one string: held until a drain, 32 strings a batch
         # were small blocks scattered among the records' freed large ones, and glibc then
         # faulted in fresh pages for records (3.5 faults per 196 KB record, against 0.05
-        # joined; docs/benchmarks.rst). NUL: the one byte no POSIX file name holds.
+        # joined; docs/benchmarks-history.rst). NUL: the one byte no POSIX file name holds.
         joined = tf.expand_dims(tf.strings.reduce_join(keys, separator="\0"), 0)
         # Sliced, not a cond: no element at all until a session tallies.
         noted = position.consumed.enqueue_many([joined[:position.tallying.read_value()]])
@@ -245,13 +245,21 @@ def _split_keys(keys):
     and splitting them with numpy took the main thread 30 ms per drain, between two steps.
     Split at the last ``:`` byte (a file's name may hold one), byte-wise (a name may not
     be UTF-8)."""
-    keys = tf.strings.split(keys, "\0").values  # each element: a batch's keys, joined
-    keys = tf.boolean_mask(keys, tf.not_equal(keys, b""))  # an empty batch's element
-    pieces = tf.strings.split(keys, ":")
-    last = tf.gather(pieces.values, pieces.row_limits() - 1)
+    # The raw kernels, a gather and segment_max: tf.strings.split's RaggedTensor and a
+    # boolean_mask were 32 and 27 ops each in every resumable graph.
+    keys = tf.raw_ops.StringSplitV2(input=keys, sep="\0").values  # a batch's keys, joined
+    keys = _where(keys, tf.not_equal(keys, b""))  # an empty batch's element
+    pieces = tf.raw_ops.StringSplitV2(input=keys, sep=":")
+    row = pieces.indices[:, 0]  # in order: a key's pieces are consecutive
+    last = tf.gather(pieces.values, tf.math.segment_max(tf.range(tf.size(row)), row))
     length = tf.strings.length(keys) - tf.strings.length(last) - 1
     names, which = tf.unique(tf.strings.substr(keys, tf.zeros_like(length), length))
     return names, which, tf.strings.to_number(last, tf.int64)
+
+
+def _where(values, keep):
+    """``values[keep]`` of a vector in 4 ops (a boolean_mask's general shapes: 27)."""
+    return tf.gather(values, tf.reshape(tf.where(keep), [-1]))
 
 
 def _identity(value):

@@ -387,7 +387,7 @@ def in_own_thread(runners) -> set[str]:
     The pool's two threads (on two cores) also run the step, and each op of a run waits
     its turn there and wakes the next: run in their own threads, two readers of workload
     (a)'s records read about 1.4x as fast, with a quarter less CPU per record
-    (``docs/benchmarks.rst``).
+    (``docs/benchmarks-history.rst``).
 
     A read op reads on a thread of its own, and such a run goes on in that thread after
     the read: two runner threads on one read op (``tf.train.batch(num_threads=4)`` over
