@@ -1,7 +1,8 @@
 """What the local path runs: from ``tfrecord_batches(...)`` to the first batch and close.
 
 Counts the queuekit files whose code runs on that path (and the lines of those
-files, and the lines that ran, per file), how often each input file is opened (``strace``,
+files, and the lines that ran, per file), and those of them a function of which
+ran (not only their import), how often each input file is opened (``strace``,
 where the machine has it: TensorFlow's readers open files in C++) and how often
 its record headers are walked (``records.tfrecord.walk``, counted in Python)::
 
@@ -27,24 +28,31 @@ import collections, json, os, sys, threading
 import numpy as np
 import tensorflow as tf
 import queuekit as qk
-from queuekit.records import files as record_files
+from queuekit.records import files as record_files, tfrecord
 
 files, readers = json.loads(sys.argv[1]), sys.argv[2]
 readers = readers if readers == "auto" else int(readers)
 package = os.path.dirname(qk.__file__) + os.sep
 ran = collections.defaultdict(set)
 walks = collections.Counter()
-walk = record_files.walk
+# The walk of a file's headers (before d0a5d98: check_framing, called once per walk).
+walked = record_files if hasattr(record_files, "walk") else tfrecord
+name = "walk" if walked is record_files else "check_framing"
+walk = getattr(walked, name)
 
 def counted(path, *a, **k):
     walks[path] += 1
     return walk(path, *a, **k)
 
-record_files.walk = counted
+setattr(walked, name, counted)
+
+called = collections.defaultdict(set)  # lines run by functions, not by module bodies
 
 def tracer(frame, event, arg):
     if frame.f_code.co_filename.startswith(package):
         ran[frame.f_code.co_filename].add(frame.f_lineno)
+        if frame.f_code.co_name != "<module>":
+            called[frame.f_code.co_filename].add(frame.f_lineno)
         return tracer
     return None
 
@@ -60,6 +68,9 @@ print("END", flush=True)
 lines = {f: sum(1 for _ in open(f)) for f in ran}
 print(json.dumps({"files": len(ran), "lines_of_those_files": sum(lines.values()),
                   "lines_run": sum(len(v) for v in ran.values()),
+                  # files a function of which ran (not only their import), and their lines
+                  "files_called": len(called),
+                  "lines_of_files_called": sum(lines[f] for f in called),
                   "header_walks": dict(walks),
                   "by_file": {os.path.relpath(f, package): [lines[f], len(ran[f])]
                               for f in sorted(ran)}}))

@@ -144,7 +144,8 @@ def test_mypy_rejects_a_wrong_call_into_the_public_api(tmp_path):
     user.write_text("import queuekit as qk\n\n"
                     "qk.tfrecord_batches('f.tfrecords', bogus=True)\n"
                     "qk.tfrecord_batches('f.tfrecords', shard=(0, 2), shard_by=3)\n"
-                    "qk.QueueSession(stop_grace_secs='soon')\n")
+                    "qk.QueueSession(stop_grace_secs='soon')\n"
+                    "qk.tfrecord_batches('f.tfrecords', decode={'schema': 'seed'})\n")
     run = subprocess.run([sys.executable, "-m", "mypy", "user.py", "--no-incremental",
                           "--ignore-missing-imports", "--follow-imports=silent"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=patience(600))
@@ -153,3 +154,4 @@ def test_mypy_rejects_a_wrong_call_into_the_public_api(tmp_path):
     assert 'Unexpected keyword argument "bogus"' in out
     assert '"stop_grace_secs" to "QueueSession" has incompatible type "str"' in out
     assert '"shard_by" to "tfrecord_batches" has incompatible type "int"' in out  # typed still
+    assert '"decode" to "tfrecord_batches" has incompatible type' in out

@@ -10,6 +10,7 @@ before the graph runs.
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
@@ -23,6 +24,11 @@ from queuekit.pipelines.batching import (
 )
 from queuekit.pipelines.options import spelled
 from queuekit.records.files import check_sizes, expand_files
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from queuekit.pipelines.options import EarlierPrefetch
 
 _v1 = tf.compat.v1
 
@@ -65,7 +71,7 @@ def fixed_length_batches(files, layout="cifar10", *, record_bytes: int | None = 
                          capacity: int | None = None, min_after_dequeue: int | None = None,
                          allow_smaller_final_batch: bool | None = None,
                          normalize: bool = True, max_readers: int | None = None,
-                         name: str | None = None, **earlier):
+                         name: str | None = None, **earlier: Unpack[EarlierPrefetch]):
     """Batches of ``image`` (HWC) and ``label`` from fixed-length binary files (CIFAR-10's).
 
     Args:

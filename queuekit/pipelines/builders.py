@@ -33,7 +33,10 @@ from queuekit.records.files import check_files, compression_of_all, expand_files
 from queuekit.records.tfrecord import first_record
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from queuekit.cluster.inputs import Shard, WorkQueueInput
+    from queuekit.pipelines.options import EarlierKeywords
 
 __all__ = ["normalized", "quiet_deprecations", "tfrecord_batches"]
 
@@ -70,7 +73,8 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
                      decode: Decode | None = None, parse_fn=None,
                      source: Shard | WorkQueueInput | tuple | str | None = None,
                      compression: str = "auto", check_framing: bool = True,
-                     name: str | None = None, **earlier) -> dict[str, tf.Tensor]:
+                     name: str | None = None,
+                     **earlier: Unpack[EarlierKeywords]) -> dict[str, tf.Tensor]:
     """Batches of ``image`` and ``label`` (and the schema's extras: ``label_text``...).
 
     Build it inside a :class:`~queuekit.QueueSession` (or any TF1 graph) and run it.

@@ -4,6 +4,7 @@ ordinary TF1 queue-runner graph (``slice_input_producer``-style, with the input 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
@@ -25,6 +26,11 @@ from queuekit.pipelines.placement import input_device, pinned
 from queuekit.records.folder import ImageFolder, scan_image_folder
 from queuekit.resume.graph import POSITION_KEY, epoch_files, reads
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from queuekit.pipelines.options import EarlierPrefetch
+
 _v1 = tf.compat.v1
 TF_IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp")
 
@@ -35,7 +41,8 @@ def image_folder_batches(source, *, image_size=(256, 256), batch_size: int = 32,
                          capacity: int | None = None, normalize: bool = True,
                          max_threads: int | None = None,
                          allow_smaller_final_batch: bool | None = None,
-                         name: str | None = None, **earlier) -> dict[str, tf.Tensor]:
+                         name: str | None = None,
+                         **earlier: Unpack[EarlierPrefetch]) -> dict[str, tf.Tensor]:
     """Batches read straight from a class-per-folder image tree.
 
     ``slice_input_producer`` over the paths and labels of

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypedDict
 
 from queuekit.pipelines.decode import DecodeOptions, image_size_pair
 
@@ -47,6 +48,28 @@ class Decode:
         return DecodeOptions(size, self.dct_method, crop, seed)  # type: ignore[arg-type]
 
 
+class EarlierPrefetch(TypedDict, total=False):
+    """``prefetch=`` of earlier versions (now :func:`~queuekit.prefetched`)."""
+
+    prefetch: int | None
+
+
+class EarlierKeywords(EarlierPrefetch, total=False):
+    """Keywords of earlier versions, still accepted (typed: a wrong one is still a type
+    error to mypy)."""
+
+    schema: Any  # Decode(schema=)
+    image_shape: tuple[int, int, int] | None  # Decode(image_shape=)
+    image_size: Any  # Decode(image_size=)
+    dct_method: str  # Decode(dct_method=)
+    random_crop: tuple[float, float] | None  # Decode(random_crop=)
+    shard: Any  # source=Shard(...) or (index, count)
+    work_queue: Any  # source=WorkQueueInput(...) or its device
+    shard_by: str  # Shard(..., by=)
+    lost_after_secs: float  # WorkQueueInput(..., lost_after_secs=)
+    on_lost: str  # WorkQueueInput(..., on_lost=)
+
+
 # Each keyword of an earlier version: (where it is now, the object's field).
 _MOVED = {
     "schema": ("decode", "schema"), "image_shape": ("decode", "image_shape"),
@@ -68,7 +91,7 @@ class Spelled:
     prefetch: int | None  # None: the builder's default (2 with "auto" readers, else 0)
 
 
-def spelled(builder: str, decode: Decode | None, source, earlier: dict[str, Any], *,
+def spelled(builder: str, decode: Decode | None, source, earlier: Mapping[str, Any], *,
             accepts: tuple[str, ...] = tuple(_MOVED)) -> Spelled:
     """The objects from ``decode``, ``source`` and the earlier keywords ``earlier``; each of
     those warns once where it is used.
@@ -97,7 +120,7 @@ def spelled(builder: str, decode: Decode | None, source, earlier: dict[str, Any]
     return Spelled(decode, _source(source, earlier), earlier.get("prefetch"))
 
 
-def _source(source, earlier: dict[str, Any]):
+def _source(source, earlier: Mapping[str, Any]):
     """A Shard, a WorkQueueInput or None; the cluster's module is loaded only when given."""
     shard, work_queue = earlier.get("shard"), earlier.get("work_queue")
     rest = {k: earlier[k] for k in ("shard_by", "lost_after_secs", "on_lost") if k in earlier}
