@@ -52,7 +52,7 @@ def default_signals():
         signal.signal(sig, signal.SIG_DFL)
 
 
-def run_script(code, *args, timeout=60, **kw):
+def run_script(code, *args, **kw):
     """Run ``code`` in a fresh Python with the usual signals at their defaults."""
     return subprocess.Popen(
         [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

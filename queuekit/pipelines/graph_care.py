@@ -20,6 +20,7 @@ import logging
 import tensorflow as tf
 
 from queuekit.graph_keys import GraphKeys
+from queuekit.graph_walk import uninitialized_report
 
 log = logging.getLogger(__name__)
 _v1 = tf.compat.v1
@@ -53,19 +54,6 @@ def report_for_finalize() -> None:
     no value, in ``GraphKeys.VARIABLE_REPORTS``: a session on the finalized graph runs it
     (``session.start.Initializer``), else it is never run."""
     graph = _v1.get_default_graph()
-    report = _uninitialized(graph.get_collection(_v1.GraphKeys.GLOBAL_VARIABLES)
-                            + graph.get_collection(_v1.GraphKeys.LOCAL_VARIABLES))
+    report = uninitialized_report(graph.get_collection(_v1.GraphKeys.GLOBAL_VARIABLES)
+                                  + graph.get_collection(_v1.GraphKeys.LOCAL_VARIABLES))
     graph.add_to_collection(GraphKeys.VARIABLE_REPORTS, report)
-
-
-def _uninitialized(variables):
-    """``tf.compat.v1.report_uninitialized_variables(variables)``, the same names, with a
-    gather where its boolean_mask made 27 ops in every pipeline's graph."""
-    with tf.name_scope("uninitialized"):
-        initialized = [_v1.is_variable_initialized(v) for v in variables]
-        with tf.device("/cpu:0"):  # as TF's, which runs its part on the CPU
-            if not variables:
-                return tf.constant([], tf.string)
-            names = tf.constant([v.op.name for v in variables])
-            missing = tf.logical_not(tf.stack(initialized))
-            return tf.gather(names, tf.reshape(tf.where(missing), [-1]))

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 from queuekit.graph_keys import GraphKeys, on_graph
+from queuekit.graph_walk import uninitialized_report
 
 try:  # what Saver.save checks: TF's own base of Session, stable since TF 1.0
     from tensorflow.python.client.session import SessionInterface
@@ -95,7 +96,7 @@ def _report_op(graph: tf.Graph, variables: list):
             if graph.finalized:
                 return None
             with graph.as_default(), tf.name_scope("queuekit"):
-                ops[key] = _v1.report_uninitialized_variables(variables)
+                ops[key] = uninitialized_report(variables, "report_uninitialized_variables")
         return ops[key]
 
 
