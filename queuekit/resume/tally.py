@@ -44,19 +44,17 @@ from queuekit.features import Feature
 from queuekit.graph_keys import GraphKeys, graph_objects
 from queuekit.graph_walk import checkpoint_run, ops_above
 from queuekit.records.files import atomic_write, record_offsets
-from queuekit.resume.file import (
-    SUFFIX,
-    fingerprint,
-    identity,
-    match_files,
-    read_position,
-    remove_dead_temps,
-    remove_if_written,
-    rle,
-    unrle,
-)
 
 log = logging.getLogger(__name__)
+
+
+def _file():
+    """The position file's module: loaded at the first save or restore (a session that
+    never checkpoints, an evaluation's, never needs it)."""
+    from queuekit.resume import file
+
+    return file
+
 _DRAIN_RUNS = 1000  # runs between two drains of the graph's queue (its memory)
 FORMAT = 1
 
@@ -77,6 +75,7 @@ class Tally:
     @functools.cached_property
     def prints(self) -> list[str]:
         """Each file's content identity (32 KiB read each, at the first save or restore)."""
+        fingerprint = _file().fingerprint
         return [fingerprint(f, size) for f, size in zip(self.files, self.sizes, strict=True)]
 
     def drain(self, sess) -> None:
@@ -104,7 +103,7 @@ class Tally:
                 "num_epochs": p.num_epochs,
                 "files": [[f, size, len(c), fp] for f, size, c, fp in
                           zip(self.files, self.sizes, self.counts, self.prints, strict=True)],
-                "counts": [rle(c) for c in self.counts]}
+                "counts": [_file().rle(c) for c in self.counts]}
 
     def matches(self, state: dict[str, Any]) -> dict[str, str] | None:
         """Which of this pipeline's files each file of a checkpoint's pipeline ``state`` is
@@ -113,7 +112,7 @@ class Tally:
                  for e in state["files"]]
         now = list(zip(self.files, self.sizes, (len(c) for c in self.counts), self.prints,
                        strict=True))
-        return match_files(saved, now, self.position.name)
+        return _file().match_files(saved, now, self.position.name)
 
     def resume(self, state: dict[str, Any], sess) -> bool:
         """Continue from a checkpoint's ``state`` of this pipeline; False when it is another
@@ -132,7 +131,7 @@ class Tally:
             log.info("pipeline %s: the checkpoint's input of that name reads other files; "
                      "starting at the beginning", p.name)
             return False
-        by_name = {mapping[str(e[0])]: unrle(runs, int(e[2]), p.num_epochs)
+        by_name = {mapping[str(e[0])]: _file().unrle(runs, int(e[2]), p.num_epochs)
                    for runs, e in zip(state["counts"], state["files"], strict=True)}
         counts = [by_name[f] for f in self.files]  # in this pipeline's order, whatever it was
         done = min((int(c.min()) for c in counts if len(c)), default=0)
@@ -253,12 +252,12 @@ class InputPositions(Feature):
         """Write ``<prefix>.queuekit-input`` (before the model's files: see the module)."""
         data = json.dumps(self.state(), separators=(",", ":")).encode()
         if "://" in prefix:  # a bucket: an object appears whole when its writer closes
-            with tf.io.gfile.GFile(prefix + SUFFIX, "wb") as f:
+            with tf.io.gfile.GFile(prefix + _file().SUFFIX, "wb") as f:
                 f.write(data)
             return
         os.makedirs(os.path.dirname(prefix) or ".", exist_ok=True)  # as the Saver's op does
-        atomic_write(prefix + SUFFIX, data)
-        self._written[prefix] = identity(prefix + SUFFIX, data)
+        atomic_write(prefix + _file().SUFFIX, data)
+        self._written[prefix] = _file().identity(prefix + _file().SUFFIX, data)
         self._saved = True
 
     def closing(self) -> None:
@@ -270,13 +269,13 @@ class InputPositions(Feature):
         the next run after a save, and when the session closes. Never a file it did not
         write: another job's, or one put there since."""
         if self._saved and self._written:  # a killed writer's temps beside the checkpoints
-            remove_dead_temps(next(iter(self._written)))
+            _file().remove_dead_temps(next(iter(self._written)))
         self._saved = False
         for prefix, written in list(self._written.items()):
             if os.path.exists(prefix + ".index"):
                 continue
             del self._written[prefix]
-            remove_if_written(prefix + SUFFIX, written)
+            _file().remove_if_written(prefix + _file().SUFFIX, written)
 
     def observe(self, fetches, feed_dict) -> None:
         """Before a run: a ``Saver``'s save gets the input position beside it; a restore
@@ -308,8 +307,8 @@ class InputPositions(Feature):
                           prefix)
         if not self.tallies and not self.works:
             return
-        path = prefix + SUFFIX
-        state = read_position(path)
+        path = prefix + _file().SUFFIX
+        state = _file().read_position(path)
         if state is None:
             log.warning("checkpoint %s has no input position (written outside a queuekit "
                         "session, or by an earlier version): the input starts its epoch over",
@@ -391,7 +390,7 @@ def _work_resume(work, saved: dict[str, Any]) -> tuple[int, list[str]]:
     for f, size in now.items():  # a size one side could not see is no difference
         if f in then and min(size, then[f]) < 0:
             now[f] = then[f]
-    if match_files([(f, size, 0, None) for f, size in then.items()],
+    if _file().match_files([(f, size, 0, None) for f, size in then.items()],
                    [(f, size, 0, "") for f, size in now.items()], work.name) is None and then:
         raise ValueError(f"none of the files {sorted(then)[:3]} is read now")
     epoch = int(saved["epoch"])

@@ -15,7 +15,7 @@ from queuekit.errors import DatasetError
 from queuekit.features import Feature
 from queuekit.graph_keys import GraphKeys, graph_objects
 from queuekit.records.files import check_files, check_sizes, resized, sizes
-from queuekit.session.diagnose import empty_files, fixed_length_inputs, tfrecord_files
+from queuekit.session.graph_files import empty_files, fixed_length_inputs, tfrecord_files
 
 
 class InputChecks(Feature):

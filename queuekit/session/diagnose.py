@@ -1,112 +1,41 @@
-"""Naming the input files behind an error, from what the graph says about them.
+"""Naming the input file and record behind a runner's error, from what the graph says.
 
-TensorFlow's readers report ``corrupted record at 213506`` without the file,
-and a filename queue cycling over empty files looks busy while the batch queue
-starves. The graph knows more: each reader op reads a filename queue, and the
-runner feeding that queue enqueues string constants (what
-``string_input_producer`` builds, and what hand-built pipelines do too).
+TensorFlow's readers report ``corrupted record at 213506`` without the file, a
+decode error names no image, a parse error no record. The graph knows more: the
+files its readers read (``graph_files.py``). Loaded only when a runner fails.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import re
 import time
 
 import tensorflow as tf
 
-from queuekit.graph_keys import GraphKeys, graph_objects
 from queuekit.records.example import first_value
 from queuekit.records.proto import parse_example
 from queuekit.records.schema import detect
-from queuekit.records.tfrecord import Corruption, Record, has_records, record_at, scan_records
-from queuekit.session.reads import READER_OPS, ancestors, queue_op
+from queuekit.records.tfrecord import Corruption, Record, record_at, scan_records
+from queuekit.session.graph_files import MAX_FILES, reader_files, upstream_files
 
 log = logging.getLogger(__name__)
 
 _OFFSET = re.compile(r"(?:corrupted|truncated) record at (\d+)")
-_MAX_FILES = 10_000  # candidate files checked when naming a corrupt one
 
 
-def _runners_by_queue(graph: tf.Graph) -> dict[str, list]:
-    feeding: dict[str, list] = {}
-    for qr in graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS):
-        feeding.setdefault(qr.queue.queue_ref.op.name, []).append(qr)
-    return feeding
-
-
-def _upstream(ops, feeding: dict[str, list]) -> list[tf.Operation]:
-    """Every op upstream of ``ops``, going up through queues to the runners that feed them."""
-    seen: dict[str, tf.Operation] = {}
-    todo = list(ops)
-    while todo:
-        reached = ancestors(todo)
-        todo = []
-        for op in reached:
-            if op.name in seen:
-                continue
-            seen[op.name] = op
-            for qr in feeding.get(op.name, ()):
-                todo.extend(qr.enqueue_ops)
-    return list(seen.values())
-
-
-def _string_files(ops, limit: int | None = None) -> list[str]:
-    """Existing files named by the string constants among ``ops`` (an Assert's message is not)."""
-    files: list[str] = []
-    for op in ops:
-        if op.type == "Const" and op.get_attr("dtype") == tf.string:
-            values = tf.make_ndarray(op.get_attr("value")).reshape(-1)
-            files.extend(os.fsdecode(v) for v in values[:limit])
-    return [f for f in dict.fromkeys(files) if os.path.isfile(f)]
-
-
-def reader_files(graph: tf.Graph, ops, *, whole_files: bool | None = None) -> list[str]:
-    """The existing files that the readers upstream of ``ops`` can be given, in graph order.
-
-    From a batch dequeue the walk reaches the readers, their filename queues
-    and the string constants the runners of those queues enqueue.
-    ``whole_files``: only a ``WholeFileReader``'s (True), or only the record
-    readers' (False).
-    """
-    feeding = _runners_by_queue(graph)
-    queues = dict.fromkeys(
-        queue_op(op.inputs[1]).name for op in _upstream(ops, feeding)
-        if op.type in READER_OPS and (whole_files is None or whole_files == (
-            queue_op(op.inputs[0]).type == "WholeFileReaderV2")))
-    # A work queue's readers are given names by its relay threads, from work.files.
-    work = [f for w in graph_objects(graph, GraphKeys.WORK_QUEUES)
-            if set(w.local_queues()) & set(queues) for f in w.files if os.path.isfile(f)]
-    return work + _string_files(op for name in queues for qr in feeding.get(name, ())
-                                for op in ancestors(qr.enqueue_ops))
-
-
-def tfrecord_files(graph: tf.Graph) -> list[str]:
-    """The files every uncompressed ``TFRecordReader`` of the graph can be given."""
-    files: list[str] = []
-    for op in graph.get_operations():
-        if op.type not in READER_OPS:
-            continue
-        reader = queue_op(op.inputs[0])
-        if reader.type == "TFRecordReaderV2" and not reader.get_attr("compression_type"):
-            files.extend(reader_files(graph, [op]))
-    return list(dict.fromkeys(files))
-
-
-def fixed_length_inputs(graph: tf.Graph) -> list[tuple[list[str], int, int, int]]:
-    """(files, record, header and footer bytes) of every uncompressed, non-overlapping
-    ``FixedLengthRecordReader`` of the graph (CIFAR's binaries, hand-built or not)."""
-    out = []
-    for op in graph.get_operations():
-        if op.type not in READER_OPS:
-            continue
-        reader = queue_op(op.inputs[0])
-        if (reader.type == "FixedLengthRecordReaderV2" and not reader.get_attr("encoding")
-                and not reader.get_attr("hop_bytes")):
-            out.append((reader_files(graph, [op]), reader.get_attr("record_bytes"),
-                        reader.get_attr("header_bytes"), reader.get_attr("footer_bytes")))
-    return out
+def note_for(exc: BaseException, enqueue_op: tf.Operation) -> str | None:
+    """A note naming the file (and record) behind a runner's error, or None."""
+    graph = enqueue_op.graph
+    if isinstance(exc, tf.errors.DataLossError):
+        return corrupt_file_note(graph, enqueue_op, exc)
+    if isinstance(exc, tf.errors.InvalidArgumentError):
+        return (image_file_note(graph, enqueue_op, exc)
+                or feature_note(graph, enqueue_op, exc)
+                or not_example_note(graph, enqueue_op))
+    if isinstance(exc, UnicodeDecodeError):
+        return not_example_note(graph, enqueue_op)
+    return None
 
 
 def corrupt_file_note(graph: tf.Graph, op: tf.Operation, error: tf.errors.OpError) -> str | None:
@@ -117,7 +46,7 @@ def corrupt_file_note(graph: tf.Graph, op: tf.Operation, error: tf.errors.OpErro
     checked by walking its record headers up to that offset.
     """
     try:
-        files = reader_files(graph, [op])[:_MAX_FILES]
+        files = reader_files(graph, [op])[:MAX_FILES]
     except Exception:  # noqa: BLE001 - a diagnosis must never hide the error itself
         log.debug("could not list the reader files", exc_info=True)
         return None
@@ -147,11 +76,6 @@ def corrupt_file_note(graph: tf.Graph, op: tf.Operation, error: tf.errors.OpErro
 
 _DECODE = re.compile(r"decode|jpeg|png|gif|bmp|image", re.IGNORECASE)
 _DECODE_BUDGET_SECS = 20.0  # spent at most on finding the undecodable image
-
-
-def upstream_files(graph: tf.Graph, ops) -> list[str]:
-    """Existing files named by string constants anywhere upstream of ``ops`` (through runners)."""
-    return _string_files(_upstream(ops, _runners_by_queue(graph)), _MAX_FILES * 10)
 
 
 def image_file_note(graph: tf.Graph, op: tf.Operation, error: tf.errors.OpError) -> str | None:
@@ -306,7 +230,7 @@ def _first_record(graph: tf.Graph, op: tf.Operation, problem):
     upstream of ``op`` read for which ``problem(data)`` says what is wrong, within the
     search's time budget; else None."""
     try:
-        files = reader_files(graph, [op], whole_files=False)[:_MAX_FILES]
+        files = reader_files(graph, [op], whole_files=False)[:MAX_FILES]
     except Exception:  # noqa: BLE001 - a diagnosis must never hide the error itself
         log.debug("could not list the reader files", exc_info=True)
         return None
@@ -336,10 +260,3 @@ def not_example_note(graph: tf.Graph, op: tf.Operation) -> str | None:
         f"queuekit: the record that is not a tf.train.Example is {found[0]}")
 
 
-def empty_files(graph: tf.Graph, ops) -> list[str]:
-    """The files behind ``ops``' readers that hold no records at all."""
-    try:
-        return [f for f in reader_files(graph, ops) if not has_records(f)]
-    except Exception:  # noqa: BLE001 - a diagnosis must never hide the stall itself
-        log.debug("could not list the reader files", exc_info=True)
-        return []

@@ -19,12 +19,6 @@ import time
 import tensorflow as tf
 
 from queuekit.errors import BadRecordError, add_note
-from queuekit.session.diagnose import (
-    corrupt_file_note,
-    feature_note,
-    image_file_note,
-    not_example_note,
-)
 from queuekit.session.queue_ops import GraphQueueOps
 from queuekit.session.reads import READER_OPS, ancestors, queues_read
 
@@ -223,17 +217,12 @@ class RunnerSet:
         # Named before the error is published: the main thread may raise it at once.
         note = None
         if enqueue_op is not None and self.failure is None:  # a runner's op: name its file
-            graph = enqueue_op.graph
-            if isinstance(exc, tf.errors.DataLossError):
-                note = corrupt_file_note(graph, enqueue_op, exc)
-            elif isinstance(exc, tf.errors.InvalidArgumentError):
-                note = (image_file_note(graph, enqueue_op, exc)
-                        or feature_note(graph, enqueue_op, exc)
-                        or not_example_note(graph, enqueue_op))
-            elif isinstance(exc, UnicodeDecodeError):
+            from queuekit.session import diagnose  # only when a runner fails
+
+            note = diagnose.note_for(exc, enqueue_op)
+            if isinstance(exc, UnicodeDecodeError):
                 # TensorFlow's message quoted the record's bytes and could not be decoded:
                 # say what happened instead of "'utf-8' codec can't decode byte 0xff".
-                note = not_example_note(graph, enqueue_op)
                 cause = exc
                 exc = BadRecordError(
                     "a record is not what the graph parses (TensorFlow's error quoted bytes "
