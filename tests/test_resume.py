@@ -263,21 +263,27 @@ def _consume(qs, batch, steps):
     return [i for _ in range(steps) for i in qs.run(batch)["id"].tolist()]
 
 
+def _save_then_resume(files, prefix, steps):
+    """(the ids of ``steps`` batches, saved then; the ids a second session restoring that
+    checkpoint before its first run reads to the end)."""
+    with qk.QueueSession() as qs:
+        batch = _ids_batch(files)
+        saver = v1.train.Saver()
+        first = _consume(qs, batch, steps)
+        saver.save(qs, prefix)
+    with qk.QueueSession() as qs:
+        batch = _ids_batch(files)
+        v1.train.Saver().restore(qs, prefix)
+        rest = [i for b in qs.iterate(batch) for i in b["id"].tolist()]
+    return first, rest
+
+
 def test_saver_restore_before_the_first_run_resumes_and_resume_input_false_starts_over(
         tmp_path, files):
     """saver.restore(qs, path) before any run applies the position; resume_input=False and a
     checkpoint written by a plain session (no position) start the epoch over."""
     prefix = str(tmp_path / "ck" / "model")
-    with qk.QueueSession() as qs:
-        batch = _ids_batch(files)
-        saver = v1.train.Saver()
-        first = _consume(qs, batch, 4)
-        saver.save(qs, prefix)
-    with qk.QueueSession() as qs:
-        batch = _ids_batch(files)
-        saver = v1.train.Saver()
-        saver.restore(qs, prefix)
-        rest = [i for b in qs.iterate(batch) for i in b["id"].tolist()]
+    first, rest = _save_then_resume(files, prefix, 4)
     assert first + rest == list(range(N_FILES * PER_FILE))
     with qk.QueueSession(resume_input=False) as qs:
         batch = _ids_batch(files)
@@ -310,16 +316,7 @@ def test_each_input_file_is_walked_once_per_process_and_opened_a_bounded_number_
     monkeypatch.setattr(record_files, "walk", counted_walk)
     monkeypatch.setattr(builtins, "open", counted(open_))
     monkeypatch.setattr(os, "open", counted(os_open))
-    prefix = str(tmp_path / "ck" / "model")
-    with qk.QueueSession() as qs:
-        batch = _ids_batch(files)
-        saver = v1.train.Saver()
-        first = _consume(qs, batch, 2)
-        saver.save(qs, prefix)
-    with qk.QueueSession() as qs:
-        batch = _ids_batch(files)
-        v1.train.Saver().restore(qs, prefix)
-        rest = [i for b in qs.iterate(batch) for i in b["id"].tolist()]
+    first, rest = _save_then_resume(files, str(tmp_path / "ck" / "model"), 2)
     assert first + rest == list(range(N_FILES * PER_FILE))
     assert walks == {f: 1 for f in files}
     # The walk; a content print at the save and at the restore; record 0 of the first file
