@@ -131,7 +131,8 @@ def main(argv=None) -> int:
                         help="every measurement in this process (TensorFlow's thread pools "
                              "made once): less spread between rounds")
     parser.add_argument("--one", choices=CASES, help=argparse.SUPPRESS)
-    args = smoke.parse(parser, argv, rounds=1, steps=3, warmup=1, time_steps=10)
+    args = smoke.parse(parser, argv, rounds=1, steps=3, warmup=1, time_steps=10,
+                       one_process=True)
     if args.one:
         print(json.dumps(one(args.one, args.steps, args.warmup, args.time_steps)))
         return 0

@@ -50,13 +50,15 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--workloads", default="a,s")
-    args = smoke.parse(ap, rounds=1, seconds=0.2, workloads="s", scale=0.004)
+    args = smoke.parse(ap, rounds=1, seconds=0.2, workloads="s", scale=0.004,
+                       grid=dict(readers=(2,), compare=("tfdata-batched",)))
+    grid = getattr(args, "grid", dict(readers=(1, 2), compare=("tfdata-batched", "seed")))
     with tempfile.TemporaryDirectory() as tmp:
         data = _data(tmp, args.workloads.split(","), getattr(args, "scale", 1.0))
         for name in args.workloads.split(","):
-            reports = [qk.benchmark(data[name], readers=(1, 2), threads=(2,),
+            reports = [qk.benchmark(data[name], **grid, threads=(2,),
                                     read_many=(32, "batch"), seconds=args.seconds,
-                                    compare=("tfdata-batched", "seed"), progress=True)
+                                    progress=True)
                        for _ in range(args.rounds)]
             print(f"\n== workload ({name})")
             print(merge(reports).table())
