@@ -48,6 +48,9 @@ class GraphKeys:
     # Objects: a Delivery per builder's batch (pipelines.batching): qk.prefetched builds the
     # same pipeline's batch again with another number of batches made ready ahead of the step.
     DELIVERIES = "queuekit_deliveries"
+    # Objects: the names of the queues whose runners a queuekit session started: a started
+    # ready stage cannot be replaced (its thread would keep taking batches no step reads).
+    STARTED_QUEUES = "queuekit_started_queues"
     # Objects: the features a session of this graph runs (``install``): "module:name" of each
     # one's factory, loaded when the session starts.
     FEATURES = "queuekit_features"

@@ -178,6 +178,18 @@ def test_a_hand_built_batch_is_made_ready_in_its_own_structure(id_files):
     assert all(length == len(n) for n, length in got)
 
 
+def test_a_started_ready_stage_is_not_replaced(id_files):
+    """After a session started the builder's ready stage, prefetched would strand the
+    batches its thread keeps taking: it is refused, and the epoch stays whole."""
+    with qk.QueueSession() as qs:
+        b = qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1, num_readers="auto")
+        first = filename_ids(qs.run(b))
+        with pytest.raises(ValueError, match="before the first run"):
+            qk.prefetched(b, 4)
+        rest = [i for x in qs.iterate(b) for i in filename_ids(x)]
+    assert sorted(first + rest) == list(range(4 * PER_FILE))
+
+
 def test_part_of_a_builder_s_batch_is_refused_and_the_old_spelling_warns(id_files):
     """prefetched takes a builder's batch whole (a part of it would be consumed when made
     ready, not when taken); prefetch= on a builder builds the same stage, with a warning."""

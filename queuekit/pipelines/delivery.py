@@ -80,8 +80,9 @@ def prefetched(batch, buffer_size: int = 2):
     Any other dict, list or tuple of tensors gets a stage of its own.
 
     Raises:
-        ValueError: ``buffer_size`` is negative, or ``batch`` is part of a builder's batch
-            (prefetch the builder's batch whole, then take what you need from it).
+        ValueError: ``buffer_size`` is negative, ``batch`` is part of a builder's batch
+            (prefetch the builder's batch whole, then take what you need from it), or a
+            session started the builder's own ready stage already.
     """
     if isinstance(buffer_size, bool) or not isinstance(buffer_size, numbers.Integral) or (
             buffer_size < 0):
@@ -90,6 +91,11 @@ def prefetched(batch, buffer_size: int = 2):
     deliveries = graph_objects(graph, GraphKeys.DELIVERIES)
     for delivery in deliveries:
         if delivery.batch is batch:
+            if delivery.runner is not None and delivery.runner.queue.queue_ref.op.name in (
+                    graph_objects(graph, GraphKeys.STARTED_QUEUES)):
+                raise ValueError("prefetched replaces the builder's ready stage, which a "
+                                 "session has started already (its thread would keep taking "
+                                 "batches no step reads): call it before the first run")
             if delivery.runner is not None:  # the old stage must not take batches any more
                 runners = graph.get_collection_ref(_v1.GraphKeys.QUEUE_RUNNERS)
                 runners[:] = [r for r in runners if r is not delivery.runner]

@@ -19,6 +19,7 @@ import time
 import tensorflow as tf
 
 from queuekit.errors import BadRecordError, add_note
+from queuekit.graph_keys import GraphKeys, graph_objects
 from queuekit.session.queue_ops import GraphQueueOps
 from queuekit.session.reads import READER_OPS, ancestors, queues_read
 
@@ -151,6 +152,8 @@ class RunnerSet:
                 self._consumers.setdefault(queue, set()).add(id(qr))
             if _queue_name(qr) not in self._queue_names:
                 self._queue_names.append(_queue_name(qr))
+                graph_objects(qr.queue.queue_ref.graph, GraphKeys.STARTED_QUEUES).append(
+                    _queue_name(qr))
             for i, op in enumerate(qr.enqueue_ops):
                 name = f"queuekit-runner-{_queue_name(qr)}-{i}"
                 t = threading.Thread(target=self._run, args=(qr, op, name, i), name=name,
