@@ -62,8 +62,9 @@ if TYPE_CHECKING:  # type checkers see the real names; at run time _WHERE loads 
     from queuekit.records.schema import SCHEMAS, RecordSchema
     from queuekit.session.monitored import monitored_training_session
     from queuekit.session.preemption import PreemptionCheckpointHook
-    from queuekit.session.profile import InputReport, InputReportHook
+    from queuekit.session.profile import InputReportHook
     from queuekit.session.queue_session import QueueSession
+    from queuekit.session.report import InputReport
     from queuekit.session.runners import QueueStat
 
 
@@ -85,7 +86,7 @@ _WHERE = {
     "QueueStat": "queuekit.session.runners",
     "monitored_training_session": "queuekit.session.monitored",
     "PreemptionCheckpointHook": "queuekit.session.preemption",
-    "InputReport": "queuekit.session.profile",
+    "InputReport": "queuekit.session.report",
     "InputReportHook": "queuekit.session.profile",
     "tfrecord_batches": "queuekit.pipelines.builders",
     "image_folder_batches": "queuekit.pipelines.image_folders",

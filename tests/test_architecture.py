@@ -91,7 +91,8 @@ def test_no_private_names_across_modules_and_small_modules(module, path):
 CORE = ["queuekit.session.queue_session", "queuekit.session.threads", "queuekit.session.policy",
         "queuekit.session.reads", "queuekit.session.runners", "queuekit.session.start",
         "queuekit.session.stall", "queuekit.session.interrupt", "queuekit.session.queue_ops"]
-FEATURES = ["queuekit.session.checks", "queuekit.session.profile", "queuekit.resume.tally",
+FEATURES = ["queuekit.session.checks", "queuekit.session.profile", "queuekit.session.report",
+            "queuekit.resume.tally",
             "queuekit.resume.file", "queuekit.session.tuner",
             "queuekit.session.work_queues"]
 

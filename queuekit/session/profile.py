@@ -20,7 +20,8 @@ clock: a run chosen when a sample falls due would be the one after the
 longest wait (the inspection paradox), which is the instant one of a bursty
 input. ``QueueSession(input_report=False)`` counts and traces nothing.
 
-:class:`InputReport` turns the counts into figures and a one-line verdict;
+:class:`~queuekit.session.report.InputReport` turns the counts into figures and
+a one-line verdict (``report.py``, loaded when a report is asked for);
 :class:`InputReportHook` logs it every N seconds or steps and writes the
 figures as TensorBoard scalars.
 """
@@ -34,12 +35,16 @@ import random
 import time
 import weakref
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
 from queuekit.features import Feature
 from queuekit.graph_keys import GraphKeys
 from queuekit.session.reads import DEQUEUE_OPS, queue_op, queues_read
+
+if TYPE_CHECKING:
+    from queuekit.session.report import InputReport
 
 log = logging.getLogger("queuekit")
 _v1 = tf.compat.v1
@@ -51,8 +56,7 @@ TRACE_BUDGET = 0.01  # the most of a loop's time that traced runs may cost beyon
 # untraced one, a 3,000-step one 5x, a GRU's 20x), else this long per op of the graph.
 LOOP_TRACE_RUNS = 20
 OP_TRACE_SECS = 10e-6
-INPUT_BOUND = 0.5  # a step waiting this fraction of its time or more is input-bound
-PARTLY = 0.1  # ... at least this fraction: partly
+
 
 # The started sessions' profiles, by their Coordinator (what a hook is given with the session),
 # each by a weak reference: the profile reaches the Coordinator (through its session), and a
@@ -83,83 +87,6 @@ class _Counts:
     def __sub__(self, other: _Counts) -> _Counts:
         return _Counts(*(a - b for a, b in zip(dataclasses.astuple(self),
                                                dataclasses.astuple(other), strict=True)))
-
-
-@dataclasses.dataclass(frozen=True)
-class InputReport:
-    """Where one pipeline's steps spent their time, over a window of the loop.
-
-    Attributes:
-        queue: the queue the steps take their batches from.
-        steps: steps counted; ``seconds``: the time they covered, start to start, in
-            ``intervals`` (one fewer than the steps in the first window).
-        wait_fraction: the share of a step's time spent waiting for its batch
-            (from sampled runs; None before a sample).
-        fill: the queue's mean fill at the samples, 0 to 1 (None if unknown).
-        records_per_step: records a sampled step took (its batch size).
-        tuned: the queue's readers are ``num_readers="auto"``.
-        ready: the queue holds batches made ready ahead of the step (``prefetch``).
-    """
-
-    queue: str
-    steps: int
-    seconds: float
-    intervals: int
-    wait_fraction: float | None
-    fill: float | None
-    records_per_step: float | None
-    tuned: bool
-    ready: bool = False
-
-    @property
-    def records_per_sec(self) -> float | None:
-        """Records the steps took per second: what the readers delivered to them."""
-        if not self.records_per_step or self.seconds <= 0:
-            return None
-        return self.records_per_step * self.intervals / self.seconds
-
-    @property
-    def step_capacity(self) -> float | None:
-        """Records per second the steps would take if every batch were ready."""
-        rate = self.records_per_sec
-        if rate is None or self.wait_fraction is None or self.wait_fraction >= 1:
-            return None
-        return rate / (1 - self.wait_fraction)
-
-    @property
-    def bound(self) -> str:
-        """"input-bound", "partly input-bound", "step-bound" or "unknown"."""
-        if self.wait_fraction is None:
-            return "unknown"
-        if self.wait_fraction >= INPUT_BOUND:
-            return "input-bound"
-        return "partly input-bound" if self.wait_fraction >= PARTLY else "step-bound"
-
-    def scalars(self) -> dict[str, float]:
-        """The figures as TensorBoard scalars, ``input/<queue>/<figure>``."""
-        figures = {"wait_fraction": self.wait_fraction, "queue_fill": self.fill,
-                   "records_per_sec": self.records_per_sec,
-                   "step_capacity_records_per_sec": self.step_capacity}
-        return {f"input/{self.queue}/{k}": float(v) for k, v in figures.items() if v is not None}
-
-    def __str__(self) -> str:
-        if self.wait_fraction is None:
-            return f"{self.queue}: no step sampled yet ({self.steps} steps)"
-        fill = "" if self.fill is None else f", queue {self.fill:.0%} full"
-        head = (f"{self.queue}: {self.bound}: steps waited for input {self.wait_fraction:.0%} "
-                f"of their time{fill}")
-        rate, capacity = self.records_per_sec, self.step_capacity
-        if rate is None:
-            return head
-        if self.bound == "step-bound":
-            return f"{head}; the steps take {rate:,.0f} rec/s and the readers keep up" + (
-                "" if self.ready else "; qk.prefetched(batch, 2) takes the batch out of "
-                "its queue while the step runs")
-        rates = f"; the readers deliver {rate:,.0f} rec/s" + (
-            "" if capacity is None else f", the steps could take {capacity:,.0f}")
-        advice = ("; the readers are tuned ('auto'): try read_many, or records cheaper to "
-                  "decode" if self.tuned else "; try num_readers='auto' or more reader threads")
-        return head + rates + advice
 
 
 def for_session(running) -> InputProfile | None:
@@ -305,6 +232,8 @@ class InputProfile(Feature):
     def reports(self, since: dict[str, _Counts] | None = None) -> list[InputReport]:
         """One :class:`InputReport` per queue the steps took from, since the session started
         or, with ``since`` (an earlier :meth:`counts`), since then."""
+        from queuekit.session.report import InputReport
+
         reports = []
         for queue, counts in sorted(self._counts.items()):
             c = counts - since[queue] if since and queue in since else counts

@@ -29,7 +29,7 @@ from queuekit.session.start import (
 from queuekit.session.threads import SessionThreads, abandoned, close_session
 
 if TYPE_CHECKING:
-    from queuekit.session.profile import InputReport
+    from queuekit.session.report import InputReport
     from queuekit.session.tuner import Tuning
 
 DEFAULT_STOP_GRACE_SECS = 2.0
