@@ -45,7 +45,7 @@ class GraphKeys:
     # Objects: one pipelines.position.InputPosition per resumable builder; the session tracks
     # what the steps consumed and resumes there from a checkpoint.
     INPUT_POSITIONS = "queuekit_input_positions"
-    # Objects: a Delivery per builder's batch (pipelines.batching): qk.prefetched builds the
+    # Objects: a Delivery per builder's batch (pipelines.delivery): qk.prefetched builds the
     # same pipeline's batch again with another number of batches made ready ahead of the step.
     DELIVERIES = "queuekit_deliveries"
     # Objects: the names of the queues whose runners a queuekit session started: a started

@@ -192,11 +192,16 @@ def test_a_started_ready_stage_is_not_replaced(id_files):
 
 def test_part_of_a_builder_s_batch_is_refused_and_the_old_spelling_warns(id_files):
     """prefetched takes a builder's batch whole (a part of it would be consumed when made
-    ready, not when taken); prefetch= on a builder builds the same stage, with a warning."""
+    ready, not when taken), and not one it replaced already; prefetch= on a builder builds
+    the same stage, with a warning."""
     with tf.Graph().as_default():
         b = qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1)
         with pytest.raises(ValueError, match="whole"):
             qk.prefetched({"image": b["image"]}, 2)
+        ready = qk.prefetched(b, 2)
+        with pytest.raises(ValueError, match="replaced"):
+            qk.prefetched(b, 3)  # its queue is fed no more
+        assert qk.prefetched(ready, 3) is not ready
     with tf.Graph().as_default() as graph, pytest.warns(
             DeprecationWarning, match=r"qk.prefetched\(batch, 3\)"):
         qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1, prefetch=3)

@@ -27,6 +27,7 @@ class Delivery:
     batch: dict
     again: Callable[[int, str], dict]
     runner: Any  # the ready stage's QueueRunner, or None
+    replaced: bool = False  # by qk.prefetched: its batch is never fed again
 
 
 def deliver(batch: dict, *, normalize: bool, prefetch: int, position=None, work=None) -> dict:
@@ -91,6 +92,9 @@ def prefetched(batch, buffer_size: int = 2):
     deliveries = graph_objects(graph, GraphKeys.DELIVERIES)
     for delivery in deliveries:
         if delivery.batch is batch:
+            if delivery.replaced:
+                raise ValueError("this batch was replaced by an earlier qk.prefetched (its "
+                                 "queue is fed no more): pass the batch that one returned")
             if delivery.runner is not None and delivery.runner.queue.queue_ref.op.name in (
                     graph_objects(graph, GraphKeys.STARTED_QUEUES)):
                 raise ValueError("prefetched replaces the builder's ready stage, which a "
@@ -101,7 +105,7 @@ def prefetched(batch, buffer_size: int = 2):
                 runners[:] = [r for r in runners if r is not delivery.runner]
                 ready = graph.get_collection_ref(GraphKeys.READY_BATCHES)
                 ready[:] = [n for n in ready if n != delivery.runner.queue.queue_ref.op.name]
-            deliveries.remove(delivery)
+            delivery.replaced = True
             return delivery.again(int(buffer_size), "prefetched")
     flat = tf.nest.flatten(batch)
     delivered = {id(t) for d in deliveries for t in d.batch.values()}

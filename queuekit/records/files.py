@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 import collections
 import contextlib
 import glob
@@ -131,16 +132,16 @@ class _Walks:
             if found is not None:
                 self._found.move_to_end(key)
                 return found
-        offsets: list[int] = []
+        offsets = array.array("q")  # 8 bytes a record, not a Python int's 36
         kind, fault = walk(path, offsets)
-        places = np.asarray(offsets, np.int64)
+        places = np.frombuffer(offsets, np.int64) if offsets else np.zeros(0, np.int64)
         places.flags.writeable = False  # shared by every reader of the walk
         found = Walk(places, fault, kind)
         with self._lock:
             if key not in self._found:
                 self._found[key] = found
                 self._held += len(places)
-            while self._held > self.limit and len(self._found) > 1:
+            while self._held > self.limit:  # a file of more records is never kept
                 self._held -= len(self._found.popitem(last=False)[1].offsets)
         return found
 

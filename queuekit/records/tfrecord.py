@@ -283,9 +283,10 @@ def check_framing(path: str, offsets: list[int] | None = None) -> Corruption | N
     return walk(path, [] if offsets is None else offsets)[1]
 
 
-def walk(path: str, offsets: list[int]) -> tuple[str, Corruption | None]:
+def walk(path: str, offsets) -> tuple[str, Corruption | None]:
     """(:func:`compression_of`, :func:`check_framing`) of ``path`` in one open of it;
-    ``offsets`` gets the offset of each record before the fault."""
+    ``offsets`` (a list, an ``array("q")``) gets the offset of each record before the
+    fault."""
     with open(path, "rb") as f:
         fd, size = f.fileno(), os.fstat(f.fileno()).st_size
         kind = _kind_of(os.pread(fd, 12, 0))
