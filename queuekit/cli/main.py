@@ -28,6 +28,7 @@ from queuekit.cli.arguments import (
     size,
 )
 from queuekit.cli.bench import add_bench_parser
+from queuekit.cli.run import add_run_parser
 from queuekit.cli.program import (
     Terminated,
     ignore_ending_signals,
@@ -176,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in (add_demo_parser, add_make_parser, add_export_parser, add_inspect_parser,
-                add_bench_parser):
+                add_bench_parser, add_run_parser):
         add(sub)
     return parser
 
@@ -189,7 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     # other "--" is argparse's own (a file name that starts with "-").
     cut = argv.index("--") if "--" in argv else len(argv)
     passthrough = []
-    if any(a == "--runner" or a.startswith("--runner=") for a in argv[:cut]):
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command != "run" and any(a == "--runner" or a.startswith("--runner=")
+                                for a in argv[:cut]):
         argv, passthrough = argv[:cut], argv[cut + 1:]
     try:
         args = parser.parse_args(argv)
@@ -201,12 +204,18 @@ def main(argv: list[str] | None = None) -> int:
     if func is None:
         parser.print_help(sys.stderr)
         return 2
-    _tolerant_output()
+    if args.command != "run":  # a program run keeps its own streams
+        _tolerant_output()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
     root = logging.getLogger("queuekit")
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    if args.command == "run":  # the program's own signals, TF logging and exceptions
+        try:
+            return args.func(args)
+        finally:
+            root.removeHandler(handler)
     try:
         # Signals first: a SIGTERM during TensorFlow's import also exits 143.
         # A local make, export and inspect need no TensorFlow (they read and write records

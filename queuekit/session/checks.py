@@ -41,25 +41,40 @@ class InputChecks(Feature):
         return {}
 
     def _check(self) -> None:
-        graph = self.running.graph
-        files = tfrecord_files(graph)
-        check_files(files)
-        for paths, record_bytes, header_bytes, footer_bytes in fixed_length_inputs(graph):
-            check_sizes(paths, record_bytes, header_bytes, footer_bytes)
-            files += paths
-        self._sizes.update(sizes(f for f in files if f not in self._sizes))
+        check_inputs(self.running.graph, self._sizes)
 
     def end_of_data(self, end: BaseException) -> None:
         """At the end of the input: raise if a file changed size while it was read."""
-        changed = resized(self._sizes)
-        if changed:
-            path, before, now = changed[0]
-            raise DatasetError(
-                f"{path} changed while the pipeline read it ({before} bytes at the start, "
-                + ("gone now" if now < 0 else f"{now} now")
-                + "): the epoch did not read it as it is; the input ended early or late"
-            ) from end
+        changed = changed_while_read(self._sizes)
+        if changed is not None:
+            raise changed from end
 
     def describe_stall(self, ops: list) -> str:
         empty = empty_files(self.running.graph, ops)
         return f"; its input files hold no records: {', '.join(empty)}" if empty else ""
+
+
+def check_inputs(graph, known: dict[str, int]) -> list[str]:
+    """Check the framing of every TFRecord file and the size of every fixed-length file the
+    graph's readers read (raising an error naming the file); add their sizes to ``known``.
+    Returns the TFRecord files."""
+    files = tfrecord_files(graph)
+    check_files(files)
+    records = list(files)
+    for paths, record_bytes, header_bytes, footer_bytes in fixed_length_inputs(graph):
+        check_sizes(paths, record_bytes, header_bytes, footer_bytes)
+        files += paths
+    known.update(sizes(f for f in files if f not in known))
+    return records
+
+
+def changed_while_read(known: dict[str, int]) -> DatasetError | None:
+    """The error for the first file whose size is not what ``known`` noted at start."""
+    changed = resized(known)
+    if not changed:
+        return None
+    path, before, now = changed[0]
+    return DatasetError(
+        f"{path} changed while the pipeline read it ({before} bytes at the start, "
+        + ("gone now" if now < 0 else f"{now} now")
+        + "): the epoch did not read it as it is; the input ended early or late")

@@ -13,6 +13,7 @@ import time
 
 import tensorflow as tf
 
+from queuekit.errors import BadRecordError
 from queuekit.records.example import first_value
 from queuekit.records.proto import parse_example
 from queuekit.records.schema import detect
@@ -22,6 +23,24 @@ from queuekit.session.graph_files import MAX_FILES, reader_files, upstream_files
 log = logging.getLogger(__name__)
 
 _OFFSET = re.compile(r"(?:corrupted|truncated) record at (\d+)")
+
+
+def named_error(exc: BaseException, enqueue_op: tf.Operation) -> tuple[BaseException, str | None]:
+    """A runner's error and a note naming the file (and record) behind it, or None.
+
+    A ``UnicodeDecodeError`` (TensorFlow's message quoted a record's bytes that are not
+    UTF-8) is replaced by a :class:`BadRecordError` saying what happened, the note in it.
+    """
+    note = note_for(exc, enqueue_op)
+    if isinstance(exc, UnicodeDecodeError):
+        # Instead of "'utf-8' codec can't decode byte 0xff".
+        cause = exc
+        exc = BadRecordError(
+            "a record is not what the graph parses (TensorFlow's error quoted bytes "
+            "that are not UTF-8)" + (f"; {note[len('queuekit: '):]}" if note else ""))
+        exc.__cause__ = cause
+        note = None
+    return exc, note
 
 
 def note_for(exc: BaseException, enqueue_op: tf.Operation) -> str | None:

@@ -83,7 +83,7 @@ class RunPolicy:
             self.raise_pending(e)
             if isinstance(e, tf.errors.OutOfRangeError):
                 self.ended = True
-                _warn_dropped(e)
+                warn_dropped(e)
                 raise EndOfData(f"input exhausted: {_reason(e.message)}") from e
             raise
         except BaseException as e:
@@ -198,7 +198,7 @@ def report_cut_input(end: EndOfData, stats) -> None:
                     ended, "; ".join(left))
 
 
-def _warn_dropped(error: tf.errors.OutOfRangeError) -> None:
+def warn_dropped(error: tf.errors.OutOfRangeError) -> None:
     """Say so when the end of the input left elements no batch will deliver.
 
     A batch without ``allow_smaller_final_batch`` (and every ``dequeue_many``)

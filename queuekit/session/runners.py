@@ -18,7 +18,7 @@ import time
 
 import tensorflow as tf
 
-from queuekit.errors import BadRecordError, add_note
+from queuekit.errors import add_note
 from queuekit.graph_keys import GraphKeys, graph_objects
 from queuekit.session.queue_ops import GraphQueueOps
 from queuekit.session.reads import READER_OPS, ancestors, queues_read
@@ -222,16 +222,7 @@ class RunnerSet:
         if enqueue_op is not None and self.failure is None:  # a runner's op: name its file
             from queuekit.session import diagnose  # only when a runner fails
 
-            note = diagnose.note_for(exc, enqueue_op)
-            if isinstance(exc, UnicodeDecodeError):
-                # TensorFlow's message quoted the record's bytes and could not be decoded:
-                # say what happened instead of "'utf-8' codec can't decode byte 0xff".
-                cause = exc
-                exc = BadRecordError(
-                    "a record is not what the graph parses (TensorFlow's error quoted bytes "
-                    "that are not UTF-8)" + (f"; {note[len('queuekit: '):]}" if note else ""))
-                exc.__cause__ = cause
-                note = None
+            exc, note = diagnose.named_error(exc, enqueue_op)
         with self._lock:
             first = self.failure is None
             if first:
