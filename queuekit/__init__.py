@@ -60,6 +60,7 @@ if TYPE_CHECKING:  # type checkers see the real names; at run time _WHERE loads 
     from queuekit.records.make.labels import read_labels
     from queuekit.records.make.writer import WriteReport, write_tfrecords
     from queuekit.records.schema import SCHEMAS, RecordSchema
+    from queuekit.session.install import install, installed, uninstall
     from queuekit.session.monitored import monitored_training_session
     from queuekit.session.preemption import PreemptionCheckpointHook
     from queuekit.session.profile import InputReportHook

@@ -28,13 +28,13 @@ from queuekit.cli.arguments import (
     size,
 )
 from queuekit.cli.bench import add_bench_parser
-from queuekit.cli.run import add_run_parser
 from queuekit.cli.program import (
     Terminated,
     ignore_ending_signals,
     quiet_tensorflow,
     signals_end_the_command,
 )
+from queuekit.cli.run import add_run_parser
 from queuekit.version import __version__
 
 log = logging.getLogger(__name__)
@@ -194,8 +194,17 @@ def main(argv: list[str] | None = None) -> int:
     if command != "run" and any(a == "--runner" or a.startswith("--runner=")
                                 for a in argv[:cut]):
         argv, passthrough = argv[:cut], argv[cut + 1:]
+    target = None
+    if command == "run":  # the program's arguments are its own, options or not
+        from queuekit.cli.run import split_argv
+
+        at = argv.index("run") + 1
+        ours, target = split_argv(argv[at:])
+        argv = argv[:at] + ours
     try:
         args = parser.parse_args(argv)
+        if target is not None:
+            args.target = target
         args.passthrough = passthrough
         check_beam_flags(parser, args)
     except SystemExit as e:  # argparse exits 2 on usage errors, 0 on --help

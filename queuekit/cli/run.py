@@ -35,6 +35,29 @@ def add_run_parser(sub) -> None:
     p.set_defaults(func=run_program)
 
 
+_VALUED = ("--stall-timeout", "--join-timeout")
+
+
+def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``run``'s own options, and the program with its arguments (``-m MODULE`` ends ours:
+    what follows is the module's, options too)."""
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m":
+            return argv[:i + 2], argv[i + 2:]
+        if arg in _VALUED:
+            i += 2
+        elif arg.startswith(tuple(v + "=" for v in _VALUED)) or arg in (
+                "--no-input-checks", "-h", "--help"):
+            i += 1
+        elif arg == "--":
+            return argv[:i], argv[i + 1:]
+        else:
+            break
+    return argv[:i], argv[i:]
+
+
 def run_program(args) -> int:
     """Run the program; returns its exit status (raises what it raised, after clean-up)."""
     if args.module is None and not args.target:

@@ -19,9 +19,8 @@ a runner's error stops it and is raised by ``join``, a clean-stop type is not.
 - ``BaseSession.close``: a watched session's runner threads stopped and joined by one
   deadline first, stragglers named.
 
-What cannot be covered is said once on stderr: a runner started without a
-Coordinator, a session class with its own ``run``, an enqueue run by the program's own
-thread. ``docs/run.rst`` lists what changes for a program.
+What cannot be covered is said once on stderr: a session class with its own ``run``,
+an enqueue run by the program's own thread. ``docs/run.rst`` lists what changes for a program.
 """
 
 from __future__ import annotations
@@ -95,18 +94,13 @@ class Guard:
     def started(self, qr, sess, coord, threads) -> None:
         """``qr``'s threads were made for ``sess``: watch the session (checking its inputs
         the first time) before they start."""
-        if coord is None:
-            self.say_once("no-coordinator", f"runner {qr.name!r} was started without a "
-                          "Coordinator: TensorFlow only logs its errors, queuekit cannot "
-                          "raise them in the program")
         if type(sess).run is not _session_run:
             self.say_once("own-run", f"{type(sess).__name__} has a run of its own: its runs "
                           "are not watched (no Ctrl-C while blocked, no stall watch)")
         with self.lock:
-            watched = self.sessions.get(id(sess))
-            new = watched is None
-            if new:
-                watched = self.sessions[id(sess)] = Watched(self, sess)
+            found = self.sessions.get(id(sess))
+            new = found is None
+            watched = self.sessions[id(sess)] = found or Watched(self, sess)
         watched.add(qr, coord, threads)
         if new:
             watched.start(check=self.check_inputs)
