@@ -28,6 +28,12 @@ def add_run_parser(sub) -> None:
                         "PipelineStalled (default 60; 0: never)")
     p.add_argument("--join-timeout", type=float, default=5.0, metavar="SECS",
                    help="how long a session's close waits for its runner threads (default 5)")
+    p.add_argument("--report", action="store_true",
+                   help="the input report of each session on stderr when it stops: the share "
+                        "of step time spent waiting for input, each queue's fill and rate, "
+                        "the verdict and the stage to widen")
+    p.add_argument("--report-every", type=float, default=None, metavar="SECS",
+                   help="the report every SECS seconds too (implies --report)")
     p.add_argument("--no-input-checks", dest="check_inputs", action="store_false",
                    help="do not walk the input files' framing when the runners start")
     p.add_argument("target", nargs=argparse.REMAINDER, metavar="SCRIPT ARGS",
@@ -35,7 +41,7 @@ def add_run_parser(sub) -> None:
     p.set_defaults(func=run_program)
 
 
-_VALUED = ("--stall-timeout", "--join-timeout")
+_VALUED = ("--stall-timeout", "--join-timeout", "--report-every")
 
 
 def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -49,7 +55,7 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
         if arg in _VALUED:
             i += 2
         elif arg.startswith(tuple(v + "=" for v in _VALUED)) or arg in (
-                "--no-input-checks", "-h", "--help"):
+                "--no-input-checks", "--report", "-h", "--help"):
             i += 1
         elif arg == "--":
             return argv[:i], argv[i + 1:]
@@ -75,7 +81,8 @@ def run_program(args) -> int:
         sys.argv = list(args.target)
         sys.path[0] = os.path.dirname(os.path.abspath(args.target[0]))
     guard = install(stall_timeout_secs=args.stall_timeout, join_timeout_secs=args.join_timeout,
-                    check_inputs=args.check_inputs)
+                    check_inputs=args.check_inputs, report=args.report,
+                    report_every_secs=args.report_every)
     status, exiting = 0, None
     try:
         if args.module is not None:

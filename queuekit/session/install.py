@@ -52,10 +52,12 @@ class Guard:
     """What is installed: the watched sessions and every runner error, for one process."""
 
     def __init__(self, *, stall_timeout_secs: float | None, join_timeout_secs: float,
-                 check_inputs: bool):
+                 check_inputs: bool, report: bool, report_every_secs: float | None):
         self.stall_timeout = stall_timeout_secs or None
         self.join_timeout = join_timeout_secs
         self.check_inputs = check_inputs
+        self.report = report or bool(report_every_secs)
+        self.report_every = report_every_secs or None
         self.lock = threading.Lock()
         self.sessions: dict[int, Watched] = {}  # id(session) -> its watch, until closed
         self.failures: list[Failure] = []
@@ -147,7 +149,8 @@ def current() -> Guard | None:
 
 
 def install(*, stall_timeout_secs: float | None = 60.0, join_timeout_secs: float = 5.0,
-            check_inputs: bool = True) -> Guard:
+            check_inputs: bool = True, report: bool = False,
+            report_every_secs: float | None = None) -> Guard:
     """Give every TF1 queue-runner session of this process queuekit's guarantees.
 
     For programs started by a launcher queuekit does not control (a cluster job, a
@@ -156,13 +159,15 @@ def install(*, stall_timeout_secs: float | None = 60.0, join_timeout_secs: float
     :class:`~queuekit.PipelineStalled` (None or 0: never). ``join_timeout_secs``: how long
     closing waits for a session's runner threads. ``check_inputs``: the framing of every
     TFRecord file and the size of every fixed-length file checked when runners start.
+    ``report``: each session's input report (where its steps' time goes, the stage to
+    widen) on stderr when it stops, and every ``report_every_secs``.
     At exit the runner errors that never ended the program are reported on stderr.
     """
     global _GUARD
     if _GUARD is not None:
         raise RuntimeError("queuekit is installed already: uninstall() first")
     guard = Guard(stall_timeout_secs=stall_timeout_secs, join_timeout_secs=join_timeout_secs,
-                  check_inputs=check_inputs)
+                  check_inputs=check_inputs, report=report, report_every_secs=report_every_secs)
     _QueueRunner._run = _runner_loop
     _QueueRunner.create_threads = _create_threads
     _BaseSession.run = _session_run

@@ -66,7 +66,8 @@ class InputReport:
                    "step_capacity_records_per_sec": self.step_capacity}
         return {f"input/{self.queue}/{k}": float(v) for k, v in figures.items() if v is not None}
 
-    def __str__(self) -> str:
+    def figures(self) -> str:
+        """The verdict and its figures, with no advice."""
         if self.wait_fraction is None:
             return f"{self.queue}: no step sampled yet ({self.steps} steps)"
         fill = "" if self.fill is None else f", queue {self.fill:.0%} full"
@@ -76,11 +77,17 @@ class InputReport:
         if rate is None:
             return head
         if self.bound == "step-bound":
-            return f"{head}; the steps take {rate:,.0f} rec/s and the readers keep up" + (
-                "" if self.ready else "; qk.prefetched(batch, 2) takes the batch out of "
-                "its queue while the step runs")
-        rates = f"; the readers deliver {rate:,.0f} rec/s" + (
+            return f"{head}; the steps take {rate:,.0f} rec/s and the readers keep up"
+        return head + f"; the readers deliver {rate:,.0f} rec/s" + (
             "" if capacity is None else f", the steps could take {capacity:,.0f}")
-        advice = ("; the readers are tuned ('auto'): try read_many, or records cheaper to "
-                  "decode" if self.tuned else "; try num_readers='auto' or more reader threads")
-        return head + rates + advice
+
+    def __str__(self) -> str:
+        text = self.figures()
+        if self.wait_fraction is None or self.records_per_sec is None:
+            return text
+        if self.bound == "step-bound":
+            return text + ("" if self.ready else "; qk.prefetched(batch, 2) takes the batch "
+                           "out of its queue while the step runs")
+        return text + ("; the readers are tuned ('auto'): try read_many, or records cheaper "
+                       "to decode" if self.tuned else "; try num_readers='auto' or more reader "
+                       "threads")

@@ -60,6 +60,7 @@ class Watched:
         self._routed = False
         self._stop = threading.Event()
         self._watch: threading.Thread | None = None
+        self.report = None  # a ProgramReport, with `queuekit run --report`
 
     def add(self, qr, coord, threads) -> None:
         self.runners.append(qr)
@@ -68,6 +69,10 @@ class Watched:
             self.coords.append(coord)
 
     def start(self, *, check: bool) -> None:
+        if self.guard.report:
+            from queuekit.session.program_report import ProgramReport  # only when asked
+
+            self.report = ProgramReport(self, self.guard.report_every)
         self._routed = ROUTER.register(self._signals)
         if check:
             self._check_inputs()
@@ -96,11 +101,17 @@ class Watched:
 
     # -- a run of the main thread -----------------------------------------------------
     def run(self, fetches, feed_dict, options, run_metadata):
-        state = self.state
+        state, report, traced = self.state, self.report, False
         self.fetches = fetches
+        if report is not None:
+            options, run_metadata, traced = report.before(fetches, options, run_metadata)
         state.enter_run()
         try:
-            return self.guard.original_run(self.sess, fetches, feed_dict, options, run_metadata)
+            result = self.guard.original_run(self.sess, fetches, feed_dict, options,
+                                             run_metadata)
+            if report is not None:
+                report.after(run_metadata, traced)
+            return result
         except tf.errors.OpError as e:
             with state.lock:
                 stall, state.stall = state.stall, None
@@ -153,6 +164,9 @@ class Watched:
         if self._routed:
             ROUTER.unregister(self._signals)
             self._routed = False
+        if self.report is not None:
+            self.report.print()
+            self.report = None
         return [t.name for t in self.threads if t.is_alive()]
 
     def _coordless(self) -> bool:

@@ -1,0 +1,147 @@
+"""``queuekit run --report``: where an unmodified program's steps spend their time.
+
+The counting is the input profile's (:class:`~queuekit.session.profile.InputProfile`:
+steps timed in Python, a run now and then traced for its dequeue's wait, within 1% of
+the loop); here it reads the program's own queues, whoever built them. A queue's fill
+is read only through a size op the graph has (``tf.train.batch`` makes one for its
+summary); none is added. Loaded only when a report is asked for.
+
+The advice names the stage to widen. The queue the steps wait on is fed by one runner;
+when that runner itself takes from a queue another runner fills (im2txt's values queue,
+a ``*_join`` of reader copies) and that queue is nearly empty, the readers upstream are
+what is short, not the batching threads.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import tensorflow as tf
+
+from queuekit.session.profile import InputProfile
+from queuekit.session.reads import DEQUEUE_OPS, ReadsCache, ancestors, queue_op
+
+_SMALL_RUN = tf.compat.v1.RunOptions(timeout_in_ms=2000)
+_SIZE_OPS = ("QueueSizeV2", "QueueSize")
+_STARVED = 0.1  # an upstream queue this empty (or less) is the short stage
+
+
+class _Anchor:
+    """Stands for the Coordinator of runners started without one (the profile keys by it)."""
+
+
+class _Fills:
+    """Queue fills through the graph's own size ops."""
+
+    def __init__(self, watched):
+        self._watched = watched
+        self._sizes: dict[str, tf.Tensor] | None = None
+
+    def fill(self, queue: str) -> float | None:
+        graph = self._watched.graph
+        if self._sizes is None:
+            self._sizes = {op.inputs[0].op.name: op.outputs[0] for op in graph.get_operations()
+                           if op.type in _SIZE_OPS}
+        size = self._sizes.get(queue)
+        try:
+            capacity = graph.get_operation_by_name(queue).get_attr("capacity")
+        except (KeyError, ValueError):
+            return None
+        if size is None or capacity <= 0:
+            return None
+        try:
+            return int(self._watched.guard.original_run(self._watched.sess, size, None,
+                                                        _SMALL_RUN)) / capacity
+        except Exception:  # noqa: BLE001 - unknown then
+            return None
+
+
+class _Running:
+    """What the input profile reads of a started session."""
+
+    def __init__(self, watched):
+        self.graph = watched.graph
+        self.runners = _Fills(watched)
+        self.coord = next((c for c in watched.coords if c is not None), None) or _Anchor()
+
+
+class ProgramReport:
+    """The input report of one watched session; printed on stderr every ``every_secs``
+    (None: only when the session stops)."""
+
+    def __init__(self, watched, every_secs: float | None):
+        self._running = _Running(watched)
+        self._profile = InputProfile(self._running)
+        self._reads = ReadsCache(watched.graph)
+        self._every = every_secs
+        self._due = time.monotonic() + every_secs if every_secs else None
+        self._fills: dict[str, list[float]] = {}  # upstream queue -> its sampled fills
+        self._runners: dict[str, object] = {}
+
+    def before(self, fetches, options, run_metadata):
+        """(options, run_metadata, traced) for the run about to start."""
+        try:
+            reads = self._reads(fetches)
+        except Exception:  # noqa: BLE001 - a fetch TF will reject with its own message
+            return options, run_metadata, False
+        return self._profile.before_step(reads, options, run_metadata)
+
+    def after(self, run_metadata, traced: bool) -> None:
+        self._profile.after_step(run_metadata, traced)
+        if traced:  # the queues upstream, sampled as the profile samples the one read
+            for queue in self._profile.counts():
+                for name in self._upstream(queue):
+                    fill = self._running.runners.fill(name)
+                    if fill is not None:
+                        self._fills.setdefault(name, []).append(fill)
+        if self._due is not None and time.monotonic() >= self._due:
+            self.print()
+            self._due = time.monotonic() + (self._every or 0.0)
+
+    def lines(self) -> list[str]:
+        out = []
+        for report in self._profile.reports():
+            text = report.figures()
+            if report.wait_fraction is not None and report.bound != "step-bound":
+                text += "; " + self._advice(report.queue)
+            out.append(text)
+        return out
+
+    def print(self) -> None:
+        lines = self.lines() or ["no step took from a queue a runner fills"]
+        print("queuekit: input report:\n" + "\n".join(f"  {line}" for line in lines),
+              file=sys.stderr, flush=True)
+
+    def _upstream(self, queue: str) -> list[str]:
+        """The runner-fed queues that the runner feeding ``queue`` takes from."""
+        runners = self._runners = {
+            qr.queue.queue_ref.op.name: qr
+            for qr in self._running.graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)}
+        feeding = runners.get(queue)
+        if feeding is None:
+            return []
+        return sorted({queue_op(op.inputs[0]).name for op in ancestors(feeding.enqueue_ops)
+                       if op.type in DEQUEUE_OPS} & set(runners))
+
+    def _advice(self, queue: str) -> str:
+        """Which stage to widen for steps that wait on ``queue``."""
+        upstream = self._upstream(queue)
+        feeding = self._runners.get(queue)
+        if feeding is None:
+            return "no runner of the graph feeds it"
+        for name in upstream:
+            fills = self._fills.get(name)
+            fill = sum(fills) / len(fills) if fills else None
+            if fill is not None and fill <= _STARVED:
+                return (f"its feeder waits on {name!r} ({fill:.0%} full): widen the stage "
+                        f"that fills that one ({_threads(self._runners[name])})")
+        return f"widen the stage that fills it ({_threads(feeding)})"
+
+
+def _threads(qr) -> str:
+    ops = qr.enqueue_ops
+    if len({op.name for op in ops}) == 1:
+        return (f"{len(ops)} thread(s): num_threads of tf.train.batch / shuffle_batch, "
+                "or the QueueRunner's enqueue ops")
+    return f"{len(ops)} enqueue ops, one thread each: more reader copies (a *_join's list)"
