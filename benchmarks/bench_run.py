@@ -64,7 +64,8 @@ def main():
     print(f"records {args.records}, rounds {args.rounds} (medians)")
     print(f"plain          {rate[False]:8.1f} steps/s   start-up and exit {start[False]:.2f} s")
     print(f"queuekit run   {rate[True]:8.1f} steps/s   start-up and exit {start[True]:.2f} s")
-    print(f"ratio {rate[True] / rate[False]:.3f}; start-up cost {start[True] - start[False]:+.2f} s")
+    print(f"ratio {rate[True] / rate[False]:.3f}; "
+          f"start-up cost {start[True] - start[False]:+.2f} s")
 
 
 if __name__ == "__main__":

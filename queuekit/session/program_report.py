@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any
 
 import tensorflow as tf
 
@@ -77,7 +78,7 @@ class ProgramReport:
         self._every = every_secs
         self._due = time.monotonic() + every_secs if every_secs else None
         self._fills: dict[str, list[float]] = {}  # upstream queue -> its sampled fills
-        self._runners: dict[str, object] = {}
+        self._runners: dict[str, Any] = {}  # queue -> the QueueRunner feeding it
 
     def before(self, fetches, options, run_metadata):
         """(options, run_metadata, traced) for the run about to start."""
