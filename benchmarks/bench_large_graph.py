@@ -2,7 +2,7 @@
 a while loop (as ``dynamic_rnn`` builds it), trained on batches from a queue runner.
 
     python benchmarks/bench_large_graph.py [--rounds 5] [--steps 60] [--time-steps 300]
-                                           [--cases plain,queuekit,report_off,monitored,slim]
+                                           [--cases plain,queuekit,...,run,run_report]
 
 Each step runs the forward and backward loops: about ``4 x time-steps`` loop iterations of
 a dozen ops, a million node statistics in a traced run. Cases, each the same graph and the
@@ -12,7 +12,9 @@ same number of steps:
 - ``queuekit``: ``qk.QueueSession()`` as it comes (the input report on);
 - ``report_off``: ``qk.QueueSession(input_report=False)``;
 - ``monitored``: ``qk.monitored_training_session()``;
-- ``slim``: ``qk.slim.train(..., number_of_steps=N)`` (no checkpoint, no summaries).
+- ``slim``: ``qk.slim.train(..., number_of_steps=N)`` (no checkpoint, no summaries);
+- ``run``: ``plain`` with queuekit installed (what ``queuekit run`` does to a program);
+- ``run_report``: the same with its input report (``queuekit run --report``).
 
 Each measurement runs in its own process (``--one-process``: all in this one, for less
 spread), the cases in an order drawn per round; the steps after ``--warmup`` are timed.
@@ -33,7 +35,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import smoke  # noqa: E402
 
-CASES = ("plain", "queuekit", "report_off", "monitored", "slim")
+CASES = ("plain", "queuekit", "report_off", "monitored", "slim", "run", "run_report")
 BATCH, FEATURES, UNITS = 16, 32, 64
 
 
@@ -85,18 +87,10 @@ def one(case: str, steps: int, warmup: int, time_steps: int) -> float:
                             log_every_n_steps=10**9)
             return steps / (times[warmup + steps] - times[warmup])
         if case == "plain":
-            sess = v1.Session()
-            sess.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
-            coord = v1.train.Coordinator()
-            threads = v1.train.start_queue_runners(sess, coord)
-            try:
-                return _timed(sess.run, train_op, steps, warmup)
-            finally:
-                coord.request_stop()
-                sess.run(v1.get_collection(v1.GraphKeys.QUEUE_RUNNERS)[0].queue.close(
-                    cancel_pending_enqueues=True))
-                coord.join(threads)
-                sess.close()
+            return _plain(train_op, steps, warmup)
+        if case in ("run", "run_report"):  # the plain program under `queuekit run`
+            with qk.installed(report=case == "run_report"):
+                return _plain(train_op, steps, warmup)
         if case == "monitored":
             with qk.monitored_training_session() as sess:
                 return _timed(sess.run, train_op, steps, warmup)
@@ -109,6 +103,24 @@ def one(case: str, steps: int, warmup: int, time_steps: int) -> float:
                       f"{seen.trace_secs * rate / (steps + warmup):.2%} of the loop",
                       file=sys.stderr)
             return rate
+
+
+def _plain(train_op, steps: int, warmup: int) -> float:
+    import tensorflow as tf
+
+    v1 = tf.compat.v1
+    sess = v1.Session()
+    sess.run([v1.global_variables_initializer(), v1.local_variables_initializer()])
+    coord = v1.train.Coordinator()
+    threads = v1.train.start_queue_runners(sess, coord)
+    try:
+        return _timed(sess.run, train_op, steps, warmup)
+    finally:
+        coord.request_stop()
+        sess.run(v1.get_collection(v1.GraphKeys.QUEUE_RUNNERS)[0].queue.close(
+            cancel_pending_enqueues=True))
+        coord.join(threads)
+        sess.close()
 
 
 def _timed(run, op, steps: int, warmup: int) -> float:
