@@ -187,3 +187,42 @@ def test_run_m_runs_a_module_with_its_argv_relative_imports_and_exit_status(tmp_
     status, out, err = run(["-m", "pkg.train", "--lr", "0.1"], cwd=tmp_path)
     assert status == 3, err
     assert out.strip() == "__main__ from a relative import ['--lr', '0.1']"
+
+
+@pytest.mark.parametrize("program", ["input_bound", "im2txt"])
+def test_bench_program_prints_the_thread_count_table_of_the_program_s_own_pipeline(
+        tmp_path, program):
+    if program == "input_bound":
+        files = []
+        for k in range(2):
+            import tensorflow as tf
+
+            path = str(tmp_path / f"{k}.tfrecords")
+            with tf.io.TFRecordWriter(path) as w:
+                for i in range(200):
+                    w.write(tf.train.Example(features=tf.train.Features(feature={
+                        "data": tf.train.Feature(bytes_list=tf.train.BytesList(
+                            value=[bytes([i % 256]) * 1024]))})).SerializeToString())
+            files.append(path)
+        command = [str(PROGRAMS.parent.parent / "benchmarks" / "programs" / "input_bound.py"),
+                   *files, "1000"]
+        own = "batch/fifo_queue: 2"
+    else:
+        files = [write_records(tmp_path / f"{k}.tfrecords", 3000 * k, 3000) for k in range(4)]
+        command = [str(PROGRAMS / "im2txt_reader.py"), *files]
+        own = "batch_join/padding_fifo_queue: 1"
+    bench = subprocess.run(
+        [sys.executable, "-m", "queuekit", "bench", "--program", " ".join(command),
+         "--threads", "1,3", "--seconds", "1", "--warmup-secs", "0.5", "--repeat", "1"],
+        capture_output=True, text=True, timeout=patience(300))
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    lines = bench.stdout.splitlines()
+    rows = {line.split()[0] if not line.strip().startswith("as written") else "as written":
+            float(line.split()[2 if line.strip().startswith("as written") else 1].replace(",", ""))
+            for line in lines[2:5]}
+    assert set(rows) == {"as written", "1", "3"}, bench.stdout
+    assert own in bench.stdout and "input_producer: a producer" in bench.stdout
+    best = max(rows, key=rows.get)
+    verdict = lines[-1]
+    assert verdict.startswith("verdict: best " + ("as written" if best == "as written"
+                                                   else f"{best} threads")), bench.stdout

@@ -26,7 +26,17 @@ def add_bench_parser(sub) -> None:
     p.add_argument("files", nargs="*", metavar="FILES")
     p.add_argument("--readers", type=reader_counts, default=[1, 2, 4],
                    help="reader counts, comma-separated; auto adds a row tuned while it runs")
-    p.add_argument("--threads", type=ints, default=[1, 2])
+    p.add_argument("--threads", type=ints, default=None,
+                   help="batching threads, comma-separated (default 1,2; with --program "
+                        "1,2,4)")
+    p.add_argument("--program", metavar='"SCRIPT ARGS..."',
+                   help="benchmark a TF1 program's own pipeline instead of FILES: the program "
+                        "as written, then with each --threads count given to the runners "
+                        "batch/shuffle_batch made, each run by `queuekit run` for --seconds "
+                        "after --warmup-secs (it runs the program: point its outputs at a "
+                        "scratch folder)")
+    p.add_argument("--warmup-secs", type=number(0, strict=False), default=2.0,
+                   help="with --program: seconds of steps before the window")
     p.add_argument("--read-many", type=read_counts, default=[0, 64, "batch"],
                    help="records per read, comma-separated: 0 is one, batch a whole batch "
                         "queued as it is (read_many='batch')")
@@ -78,6 +88,9 @@ def _run_bench(args) -> int:
     from queuekit.errors import MissingDependencyError
     from queuekit.records.make.writer import write_tfrecords
 
+    if args.program:
+        return _bench_program(args)
+    args.threads = args.threads or [1, 2]
     compare = [c for c in args.compare.split(",") if c and c != "none"]
     bad = [c for c in compare if c not in REFERENCES]
     if bad or (not args.files and not args.synthetic):
@@ -126,3 +139,24 @@ def _run_bench(args) -> int:
         print("queuekit bench: error: no configuration ran", file=sys.stderr)
         return 1
     return 0
+
+
+def _bench_program(args) -> int:
+    from queuekit.bench.program import bench_program
+
+    if args.files or args.synthetic:
+        print("queuekit bench: error: --program runs a program's own pipeline: give no FILES "
+              "or --synthetic", file=sys.stderr)
+        return 2
+    try:
+        report = bench_program(args.program, args.threads or [1, 2, 4], seconds=args.seconds,
+                               warmup=args.warmup_secs, repeat=args.repeat,
+                               progress=show_progress(args))
+    except RuntimeError as e:  # the program failed: its own output says why
+        print(f"queuekit bench: error: {e}", file=sys.stderr)
+        return 1
+    print(report.table())
+    if report.interrupted:
+        print("queuekit bench: interrupted", file=sys.stderr)
+        return 130
+    return 0 if report.best is not None else 1

@@ -34,6 +34,12 @@ def add_run_parser(sub) -> None:
                         "the verdict and the stage to widen")
     p.add_argument("--report-every", type=float, default=None, metavar="SECS",
                    help="the report every SECS seconds too (implies --report)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="give each runner that tf.train.batch / shuffle_batch made N threads "
+                        "instead of its num_threads (what queuekit bench --program varies)")
+    # A child of `queuekit bench --program`: its window, then the figures as JSON.
+    p.add_argument("--bench-window", nargs=3, metavar=("WARMUP", "SECS", "PATH"),
+                   default=None, help=argparse.SUPPRESS)
     p.add_argument("--no-input-checks", dest="check_inputs", action="store_false",
                    help="do not walk the input files' framing when the runners start")
     p.add_argument("target", nargs=argparse.REMAINDER, metavar="SCRIPT ARGS",
@@ -41,7 +47,7 @@ def add_run_parser(sub) -> None:
     p.set_defaults(func=run_program)
 
 
-_VALUED = ("--stall-timeout", "--join-timeout", "--report-every")
+_VALUED = ("--stall-timeout", "--join-timeout", "--report-every", "--threads")
 
 
 def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -54,6 +60,8 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
             return argv[:i + 2], argv[i + 2:]
         if arg in _VALUED:
             i += 2
+        elif arg == "--bench-window":
+            i += 4
         elif arg.startswith(tuple(v + "=" for v in _VALUED)) or arg in (
                 "--no-input-checks", "--report", "-h", "--help"):
             i += 1
@@ -80,10 +88,18 @@ def run_program(args) -> int:
     else:
         sys.argv = list(args.target)
         sys.path[0] = os.path.dirname(os.path.abspath(args.target[0]))
+    from queuekit.session.program_report import BenchDone, BenchWindow
+
+    window = None
+    if args.bench_window:
+        warmup, seconds, path = args.bench_window
+        window = BenchWindow(float(warmup), float(seconds), path)
     guard = install(stall_timeout_secs=args.stall_timeout, join_timeout_secs=args.join_timeout,
                     check_inputs=args.check_inputs, report=args.report,
-                    report_every_secs=args.report_every)
-    status, exiting = 0, None
+                    report_every_secs=args.report_every, threads=args.threads, window=window)
+    if window is not None:
+        window.about = {"threads": args.threads, "varied": guard.varied, "fixed": guard.fixed}
+    status, exiting = 0, None  # type: int, BaseException | None
     try:
         if args.module is not None:
             runpy.run_module(args.module, run_name="__main__", alter_sys=True)
@@ -91,6 +107,8 @@ def run_program(args) -> int:
             runpy.run_path(args.target[0], run_name="__main__")
     except SystemExit as e:
         status, exiting = _status(e), e
+    except BenchDone as e:  # the bench's window is over: the program ran as far as it needed
+        exiting = e
     except BaseException as e:  # the program's: raised again once its threads are stopped
         try:
             report(guard.finish(e))

@@ -33,6 +33,7 @@ import time
 import tensorflow as tf
 
 from queuekit.errors import add_note
+from queuekit.session.reads import queues_read
 from queuekit.session.watched import Failure, Watched
 
 _v1 = tf.compat.v1
@@ -52,12 +53,18 @@ class Guard:
     """What is installed: the watched sessions and every runner error, for one process."""
 
     def __init__(self, *, stall_timeout_secs: float | None, join_timeout_secs: float,
-                 check_inputs: bool, report: bool, report_every_secs: float | None):
+                 check_inputs: bool, report: bool, report_every_secs: float | None,
+                 threads: int | None = None, window=None):
         self.stall_timeout = stall_timeout_secs or None
         self.join_timeout = join_timeout_secs
         self.check_inputs = check_inputs
-        self.report = report or bool(report_every_secs)
+        self.window = window  # a BenchWindow: a child of `queuekit bench --program`
+        self.report = report or bool(report_every_secs) or window is not None
         self.report_every = report_every_secs or None
+        self.threads = threads
+        # queue -> the program's own thread count (varied), or why it cannot be (fixed)
+        self.varied: dict[str, int] = {}
+        self.fixed: dict[str, str] = {}
         self.lock = threading.Lock()
         self.sessions: dict[int, Watched] = {}  # id(session) -> its watch, until closed
         self.failures: list[Failure] = []
@@ -92,6 +99,22 @@ class Guard:
                 coord.request_stop((type(exc), exc, exc.__traceback__))
         if watched is not None and None in coords:
             watched.failed(exc)
+
+    def resize(self, qr) -> None:
+        """Give ``qr`` :attr:`threads` threads where its structure allows: a runner whose
+        enqueue ops are one op repeated (``batch``/``shuffle_batch``'s ``num_threads``)
+        and that reads something (not a producer of names)."""
+        name, ops = qr.queue.queue_ref.op.name, qr.enqueue_ops
+        if name in self.varied or name in self.fixed:
+            pass
+        elif not queues_read(ops):
+            self.fixed[name] = "a producer: it enqueues names or constants, it reads nothing"
+        elif len({op.name for op in ops}) > 1:
+            self.fixed[name] = (f"{len(ops)} distinct enqueue ops (reader copies of a "
+                                "*_join or a parallel reader): their number is the graph's")
+        else:
+            self.varied[name] = len(ops)
+            qr._enqueue_ops = [ops[0]] * (self.threads or len(ops))  # noqa: SLF001
 
     def started(self, qr, sess, coord, threads) -> None:
         """``qr``'s threads were made for ``sess``: watch the session (checking its inputs
@@ -150,7 +173,8 @@ def current() -> Guard | None:
 
 def install(*, stall_timeout_secs: float | None = 60.0, join_timeout_secs: float = 5.0,
             check_inputs: bool = True, report: bool = False,
-            report_every_secs: float | None = None) -> Guard:
+            report_every_secs: float | None = None, threads: int | None = None,
+            window=None) -> Guard:
     """Give every TF1 queue-runner session of this process queuekit's guarantees.
 
     For programs started by a launcher queuekit does not control (a cluster job, a
@@ -160,14 +184,18 @@ def install(*, stall_timeout_secs: float | None = 60.0, join_timeout_secs: float
     closing waits for a session's runner threads. ``check_inputs``: the framing of every
     TFRecord file and the size of every fixed-length file checked when runners start.
     ``report``: each session's input report (where its steps' time goes, the stage to
-    widen) on stderr when it stops, and every ``report_every_secs``.
+    widen) on stderr when it stops, and every ``report_every_secs``. ``threads``: each
+    runner that ``batch``/``shuffle_batch`` made (one enqueue op repeated) gets that many
+    threads instead of the program's ``num_threads``. ``window``: a ``BenchWindow`` (the
+    child of ``queuekit bench --program``).
     At exit the runner errors that never ended the program are reported on stderr.
     """
     global _GUARD
     if _GUARD is not None:
         raise RuntimeError("queuekit is installed already: uninstall() first")
     guard = Guard(stall_timeout_secs=stall_timeout_secs, join_timeout_secs=join_timeout_secs,
-                  check_inputs=check_inputs, report=report, report_every_secs=report_every_secs)
+                  check_inputs=check_inputs, report=report, report_every_secs=report_every_secs,
+                  threads=threads, window=window)
     _QueueRunner._run = _runner_loop
     _QueueRunner.create_threads = _create_threads
     _BaseSession.run = _session_run
@@ -295,6 +323,8 @@ def _runner_loop(qr, sess, enqueue_op, coord=None):
 
 def _create_threads(qr, sess, coord=None, daemon=False, start=False):
     guard = _GUARD
+    if guard is not None and guard.threads:
+        guard.resize(qr)
     threads = _ORIGINAL["create_threads"](qr, sess, coord, daemon, False)
     if guard is not None and threads:
         guard.started(qr, sess, coord, threads)

@@ -14,6 +14,8 @@ what is short, not the batching threads.
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
 from typing import Any
@@ -73,7 +75,7 @@ class ProgramReport:
 
     def __init__(self, watched, every_secs: float | None):
         self._running = _Running(watched)
-        self._profile = InputProfile(self._running)
+        self.profile = self._profile = InputProfile(self._running)
         self._reads = ReadsCache(watched.graph)
         self._every = every_secs
         self._due = time.monotonic() + every_secs if every_secs else None
@@ -146,3 +148,51 @@ def _threads(qr) -> str:
         return (f"{len(ops)} thread(s): num_threads of tf.train.batch / shuffle_batch, "
                 "or the QueueRunner's enqueue ops")
     return f"{len(ops)} enqueue ops, one thread each: more reader copies (a *_join's list)"
+
+
+class BenchDone(BaseException):
+    """The window of ``queuekit bench --program`` is over: ends the program (``queuekit
+    run`` exits 0). A BaseException, so that the program's ``except Exception`` lets it
+    through and its ``finally`` blocks run."""
+
+
+class BenchWindow:
+    """A child of ``queuekit bench --program``: the rates over ``seconds`` after
+    ``warmup`` seconds of steps, written to ``path`` as JSON; then the program ends."""
+
+    def __init__(self, warmup: float, seconds: float, path: str):
+        self._warmup, self._seconds, self._path = warmup, seconds, path
+        self.about: dict = {}  # written with the figures: the runners varied and fixed
+        self._first: float | None = None
+        self._since: dict | None = None
+        self._opened = 0.0
+        self.written = False
+
+    def tick(self, report: ProgramReport) -> None:
+        """After a run: start the window after the warmup, end it after its seconds."""
+        now = time.monotonic()
+        if not report.profile.counts():
+            return  # no step took from a runner's queue yet
+        if self._first is None:
+            self._first = now
+        elif self._since is None and now - self._first >= self._warmup:
+            self._since, self._opened = report.profile.counts(), now
+        elif self._since is not None and now - self._opened >= self._seconds:
+            self.write(report, ended=False)
+            raise BenchDone
+
+    def write(self, report: ProgramReport, *, ended: bool) -> None:
+        """The window's figures (``ended``: the program ended first, the figures are of what
+        ran), written once, atomically."""
+        if self.written:
+            return
+        self.written = True
+        rows = [{"queue": r.queue, "steps": r.steps, "intervals": r.intervals,
+                 "seconds": r.seconds, "records_per_sec": r.records_per_sec,
+                 "wait_fraction": r.wait_fraction, "bound": r.bound}
+                for r in report.profile.reports(self._since)]
+        temp = f"{self._path}.tmp"
+        with open(temp, "w", encoding="utf-8") as f:
+            json.dump({"queues": rows, "ended_early": ended, "window_opened": bool(self._since),
+                       **self.about}, f)
+        os.replace(temp, self._path)

@@ -111,6 +111,8 @@ class Watched:
                                              run_metadata)
             if report is not None:
                 report.after(run_metadata, traced)
+                if self.guard.window is not None:
+                    self.guard.window.tick(report)
             return result
         except tf.errors.OpError as e:
             with state.lock:
@@ -165,7 +167,10 @@ class Watched:
             ROUTER.unregister(self._signals)
             self._routed = False
         if self.report is not None:
-            self.report.print()
+            if self.guard.window is not None:
+                self.guard.window.write(self.report, ended=True)
+            else:
+                self.report.print()
             self.report = None
         return [t.name for t in self.threads if t.is_alive()]
 
