@@ -71,7 +71,6 @@ def one(case: str, steps: int, warmup: int, time_steps: int) -> float:
     import queuekit.slim as qslim
     from queuekit.session.profile import profile_of
 
-    v1 = tf.compat.v1
     with tf.Graph().as_default():
         train_op = _model(time_steps)
         if case == "slim":

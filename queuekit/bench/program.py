@@ -67,8 +67,10 @@ class ProgramBench:
         written = next((r for r in self.rows if r.threads == AS_WRITTEN and r.steps_per_sec),
                        None)
         label = "as written" if best.threads == AS_WRITTEN else f"{best.threads} threads"
-        gain = (f", {best.steps_per_sec / written.steps_per_sec:.2f}x the program as written"
-                if written and best.steps_per_sec and written is not best else "")
+        gain = ""
+        if written is not None and written is not best and written.steps_per_sec:
+            gain = (f", {(best.steps_per_sec or 0.0) / written.steps_per_sec:.2f}x the "
+                    "program as written")
         tail = {"input-bound": "; still input-bound there: the readers are short even then "
                                "(more threads, records cheaper to read, or prefetch)",
                 "partly input-bound": "; partly input-bound there",
