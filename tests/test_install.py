@@ -206,3 +206,34 @@ def test_the_report_says_where_a_program_s_steps_spend_their_time(tmp_path, caps
     line = next(line for line in report.splitlines() if "batch/fifo_queue:" in line)
     assert any(verdict in line for verdict in ("input-bound", "step-bound")), line
     assert "rec/s" in line
+
+
+def test_threads_gives_the_batching_runners_that_many_threads_and_reads_the_same(two_files):
+    with tf.Graph().as_default(), qk.installed(threads=3) as guard:
+        batch = reader_batch(two_files)
+        with v1.Session() as sess:
+            sess.run(v1.local_variables_initializer())
+            coord = v1.train.Coordinator()
+            threads = v1.train.start_queue_runners(sess=sess, coord=coord)
+            enqueuers = [t.name for t in threads if "batch/fifo_queue-" in t.name
+                         and "close_on_stop" not in t.name]
+            ids = []
+            try:
+                while True:
+                    ids.extend(sess.run(batch).tolist())
+            except tf.errors.OutOfRangeError:
+                pass
+            coord.request_stop()
+            coord.join(threads)
+    assert len(enqueuers) == 3
+    assert sorted(ids) == list(range(20))
+    assert guard.varied == {"batch/fifo_queue": 1}
+    assert "input_producer" in guard.fixed
+
+
+def test_a_program_that_installs_queuekit_inside_an_install_shares_the_one_guard():
+    with qk.installed() as outer:
+        with qk.installed() as inner:
+            assert inner is outer
+        assert install.current() is outer  # the inner block does not uninstall it
+    assert install.current() is None

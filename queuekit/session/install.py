@@ -177,6 +177,9 @@ def install(*, stall_timeout_secs: float | None = 60.0, join_timeout_secs: float
             window=None) -> Guard:
     """Give every TF1 queue-runner session of this process queuekit's guarantees.
 
+    Installed already (a program that calls this, run by ``queuekit run``): the guard
+    installed, as it is.
+
     For programs started by a launcher queuekit does not control (a cluster job, a
     notebook); ``queuekit run`` does this for a script. ``stall_timeout_secs``: a run
     blocked that long while no element enters the queues it reads raises
@@ -191,8 +194,8 @@ def install(*, stall_timeout_secs: float | None = 60.0, join_timeout_secs: float
     At exit the runner errors that never ended the program are reported on stderr.
     """
     global _GUARD
-    if _GUARD is not None:
-        raise RuntimeError("queuekit is installed already: uninstall() first")
+    if _GUARD is not None:  # a program that installs it, run by `queuekit run`: one guard
+        return _GUARD
     guard = Guard(stall_timeout_secs=stall_timeout_secs, join_timeout_secs=join_timeout_secs,
                   check_inputs=check_inputs, report=report, report_every_secs=report_every_secs,
                   threads=threads, window=window)
@@ -218,6 +221,7 @@ def uninstall() -> None:
 def installed(**options):
     """:func:`install` for a block; at its end every watched session is stopped and joined,
     and the runner errors that did not end the block are reported on stderr."""
+    ours = _GUARD is None  # else the outer install's: it reports and uninstalls
     guard = install(**options)
     exiting = None
     try:
@@ -226,10 +230,11 @@ def installed(**options):
         exiting = e
         raise
     finally:
-        try:
-            report(guard.finish(exiting))
-        finally:
-            uninstall()
+        if ours:
+            try:
+                report(guard.finish(exiting))
+            finally:
+                uninstall()
 
 
 def report(missed: list[Failure]) -> None:
@@ -327,7 +332,11 @@ def _create_threads(qr, sess, coord=None, daemon=False, start=False):
         guard.resize(qr)
     threads = _ORIGINAL["create_threads"](qr, sess, coord, daemon, False)
     if guard is not None and threads:
-        guard.started(qr, sess, coord, threads)
+        try:
+            guard.started(qr, sess, coord, threads)
+        except Exception as e:  # noqa: BLE001 - queuekit's own failure must not end the program
+            guard.say_once("failed", f"could not watch this session ({type(e).__name__}: {e}); "
+                           "it runs as TensorFlow runs it")
     if start:
         for t in threads:
             t.start()

@@ -98,6 +98,9 @@ class Watched:
         except (DatasetError, tf.errors.OpError, OSError) as e:
             self.guard.fail(e, self.coords, "the input files, checked when the runners "
                             "started", self.sess)
+        except Exception as e:  # noqa: BLE001 - a graph queuekit cannot read: unchecked
+            self.guard.say_once("unchecked", f"could not check the input files "
+                                f"({type(e).__name__}: {e})")
 
     # -- a run of the main thread -----------------------------------------------------
     def run(self, fetches, feed_dict, options, run_metadata):
