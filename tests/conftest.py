@@ -1,6 +1,7 @@
 import os
 import signal
 import threading
+import zlib
 
 import pytest
 
@@ -60,9 +61,29 @@ def pytest_runtest_protocol(item, nextitem):
     yield
 
 
+def pytest_addoption(parser):
+    parser.addoption("--share", default=None, metavar="K/N",
+                     help="run only the K-th of N shares of the tests, K from 0 (each test's "
+                          "share from a hash of its id: the same on every machine); CI splits "
+                          "the fast tier between two Pythons so")
+
+
+def _deselect_other_shares(config, items):
+    share = config.getoption("--share")
+    if not share:
+        return
+    k, n = (int(x) for x in share.split("/"))
+    keep, drop = [], []
+    for item in items:
+        (keep if zlib.crc32(item.nodeid.encode()) % n == k else drop).append(item)
+    config.hook.pytest_deselected(items=drop)
+    items[:] = keep
+
+
 def pytest_collection_modifyitems(config, items):
     """Run the Beam tests last. A Beam job leaves gRPC's threads in the test process, and a
     process started after that was twice seen to abort before it ran ("Epoll1Poller ...
     epoll_wait error: Bad file descriptor", SIGABRT: a gRPC poller in the forked child);
     no other test starts a process after them."""
+    _deselect_other_shares(config, items)
     items.sort(key=lambda item: item.get_closest_marker("beam") is not None)
