@@ -25,8 +25,6 @@ import tensorflow as tf
 from queuekit.session.profile import InputProfile
 from queuekit.session.reads import DEQUEUE_OPS, ReadsCache, ancestors, queue_op
 
-_SMALL_RUN = tf.compat.v1.RunOptions(timeout_in_ms=2000)
-_SIZE_OPS = ("QueueSizeV2", "QueueSize")
 _STARVED = 0.1  # an upstream queue this empty (or less) is the short stage
 
 
@@ -39,25 +37,14 @@ class _Fills:
 
     def __init__(self, watched):
         self._watched = watched
-        self._sizes: dict[str, tf.Tensor] | None = None
 
     def fill(self, queue: str) -> float | None:
-        graph = self._watched.graph
-        if self._sizes is None:
-            self._sizes = {op.inputs[0].op.name: op.outputs[0] for op in graph.get_operations()
-                           if op.type in _SIZE_OPS}
-        size = self._sizes.get(queue)
         try:
-            capacity = graph.get_operation_by_name(queue).get_attr("capacity")
+            capacity = self._watched.graph.get_operation_by_name(queue).get_attr("capacity")
         except (KeyError, ValueError):
             return None
-        if size is None or capacity <= 0:
-            return None
-        try:
-            return int(self._watched.guard.original_run(self._watched.sess, size, None,
-                                                        _SMALL_RUN)) / capacity
-        except Exception:  # noqa: BLE001 - unknown then
-            return None
+        size = self._watched.queue_sizes([queue]).get(queue)
+        return None if size is None or capacity <= 0 else size / capacity
 
 
 class _Running:

@@ -61,6 +61,7 @@ class Watched:
         self._stop = threading.Event()
         self._watch: threading.Thread | None = None
         self.report = None  # a ProgramReport, with `queuekit run --report`
+        self._size_ops: dict[str, tf.Tensor] | None = None  # queue -> the graph's size op
 
     def add(self, qr, coord, threads) -> None:
         self.runners.append(qr)
@@ -213,21 +214,25 @@ class Watched:
             self.wake()
             return
 
+    def queue_sizes(self, queues) -> dict[str, int]:
+        """The sizes of ``queues`` that a size op of the graph reads (``tf.train.batch`` makes
+        one for its summary): none is added, so a queue without one is not in the result."""
+        if self._size_ops is None:
+            self._size_ops = {op.inputs[0].op.name: op.outputs[0]
+                              for op in self.graph.get_operations() if op.type in _SIZE_OPS
+                              and op.inputs[0].op.type in QUEUE_OP_TYPES}
+        sizes = {q: self._size_ops[q] for q in queues if q in self._size_ops}
+        if not sizes:
+            return {}
+        try:
+            values = self.guard.original_run(self.sess, sizes, None, _SMALL_RUN)
+        except Exception:  # noqa: BLE001 - unknown then
+            return {}
+        return {name: int(v) for name, v in values.items()}
+
     def _stats(self, reads: list[str]) -> list[QueueStat]:
-        """Size (from a size op the graph has) and capacity of this task's own queues."""
-        sizes = {}
-        for op in self.graph.get_operations():
-            if op.type in _SIZE_OPS:
-                queue = op.inputs[0].op
-                if queue.type in QUEUE_OP_TYPES and queue.name in reads:
-                    sizes[queue.name] = op.outputs[0]
-        known: dict[str, int] = {}
-        if sizes:
-            try:
-                values = self.guard.original_run(self.sess, sizes, None, _SMALL_RUN)
-                known = {name: int(v) for name, v in values.items()}
-            except Exception:  # noqa: BLE001 - unknown then
-                known = {}
+        """Size and capacity of the queues a run reads that are this task's own."""
+        known = self.queue_sizes(reads)
         stats = []
         for name in reads:
             queue = self.graph.get_operation_by_name(name)
