@@ -13,7 +13,7 @@ import tensorflow as tf
 
 import queuekit as qk
 from queuekit.session import install
-from tests.helpers import write_id_records
+from tests.helpers import patience, write_id_records
 
 v1 = tf.compat.v1
 
@@ -168,6 +168,24 @@ def test_closing_a_session_stops_and_joins_runner_threads_nobody_stopped(two_fil
         assert not [t.name for t in threads if t.is_alive()]
 
 
+def test_a_session_dropped_unclosed_is_closed_without_waiting_on_queuekit_s_lock():
+    """BaseSession.__del__ closes the session in whatever thread the collector runs, also
+    inside a block of queuekit's that holds its lock (CI hung 160 s on that once)."""
+    with tf.Graph().as_default(), qk.installed() as guard:
+        done = threading.Event()
+
+        def drop():
+            with guard.lock:
+                sess = v1.Session()
+                del sess  # its __del__ closes it here, in this thread, under the lock
+            done.set()
+
+        t = threading.Thread(target=drop, daemon=True)
+        t.start()
+        assert done.wait(patience(30)), "closing a dropped session waited on the lock"
+        t.join()
+
+
 def test_ctrl_c_while_blocked_in_a_dequeue_ends_the_run_with_keyboard_interrupt(tmp_path):
     """A run blocked in C++ never sees Python's KeyboardInterrupt (TF issue 11303)."""
     files = [write_id_records(tmp_path / "empty.tfrecords", 0)]
@@ -203,7 +221,7 @@ def test_the_report_says_where_a_program_s_steps_spend_their_time(tmp_path, caps
     assert sorted(ids) == list(range(2000))
     report = capsys.readouterr().err
     assert report.count("queuekit: input report:") >= 2  # every 0.05 s, and at the close
-    line = next(line for line in report.splitlines() if "batch/fifo_queue:" in line)
+    line = [line for line in report.splitlines() if "batch/fifo_queue:" in line][-1]  # close
     assert any(verdict in line for verdict in ("input-bound", "step-bound")), line
     assert "rec/s" in line
 

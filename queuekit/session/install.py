@@ -65,7 +65,9 @@ class Guard:
         # queue -> the program's own thread count (varied), or why it cannot be (fixed)
         self.varied: dict[str, int] = {}
         self.fixed: dict[str, str] = {}
-        self.lock = threading.Lock()
+        # Reentrant: a session dropped unclosed is closed by its __del__, in whatever thread
+        # the garbage collector runs, which may be inside a block that holds this lock.
+        self.lock = threading.RLock()
         self.sessions: dict[int, Watched] = {}  # id(session) -> its watch, until closed
         self.failures: list[Failure] = []
         self.progress: dict[str, float] = {}  # queue -> monotonic time of its last enqueue
@@ -136,8 +138,7 @@ class Guard:
         return watched is None or watched.woken
 
     def closed(self, sess) -> None:
-        with self.lock:
-            watched = self.sessions.pop(id(sess), None)
+        watched = self.sessions.pop(id(sess), None)  # atomic; never waits (see self.lock)
         if watched is not None:
             self._name_stragglers(watched.stop(time.monotonic() + self.join_timeout))
 
