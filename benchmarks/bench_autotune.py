@@ -3,24 +3,27 @@
     python benchmarks/bench_autotune.py [--seconds 2] [--repeat 3] [--rounds 3]
                                         [--consume graph|numpy] [--workloads a,b,c]
                                         [--read-many 0] [--images 4000] [--held-out 0]
+                                        [--shards 4] [--epochs N]
 
-Workloads: (a) 4,000 records of 256x256x3 raw, no step; (b) the demo's data
-(600 images made at 96x96); (c) (a)'s records with a 30 ms simulated step per
-batch; (s) the same 4,000 images made at 64x64 (12 KB records); (j) 600 JPEGs
-of 200-500 px in Inception's layout, decoded and resized to 224x224 in the
-readers (``bench_decode.py``'s data). Each runs the grid 1,2,4 readers x 1,2
-threads (x ``--read-many``: ``0,64`` puts the fixed rows that read many
-records per step beside the one-record ones, ``0,64,batch`` adds whole
-batches), the
-``auto`` row and the equal-terms ``tf.data`` row (plus, on (a), the ceilings),
-each configuration in its own process, the whole list ``--rounds`` times in
-turn; a row's rate is the median of its rounds. Prints per workload: the
-table, auto / best fixed row that does not read whole batches (auto never
-does; the ratio of the medians, and the median of the
-ratios within a round), auto's CPU against the 4-reader rows', and when its
-count last changed (a move that was undone is not a change). ``--held-out N``
-then measures auto and that best row again, alone, side by side, in N new
-rounds (the grid's best is the largest of a dozen noisy medians, biased up).
+Workloads: (a) 4,000 records of 256x256x3 raw, no step; (b) the demo's data (600
+images made at 96x96); (c) (a)'s records with a 30 ms simulated step per batch;
+(s) the same 4,000 images made at 64x64 (12 KB records); (m) those 12 KB records
+in files of 16; (o) the images at 128x128 (48 KB records) in one file; (j) 600
+JPEGs of 200-500 px in Inception's layout, decoded and resized to 224x224 in the
+readers (``bench_decode.py``'s data). (a), (c) and (s) are in ``--shards``
+files. ``--epochs N`` times each row's whole run of N passes, from its graph's
+build to its end of data (a short job: the tuner's search counts). Each runs the
+grid 1,2,4 readers x 1,2 threads (x ``--read-many``: ``0,64`` puts the fixed
+rows that read many records per step beside the one-record ones, ``0,64,batch``
+adds whole batches), the ``auto`` row and the equal-terms ``tf.data`` row (plus,
+on (a), the ceilings), each configuration in its own process, the whole list
+``--rounds`` times in turn; a row's rate is the median of its rounds. Prints per
+workload: the table, auto / best fixed row that does not read whole batches
+(auto never does; the ratio of the medians, and the median of the ratios within
+a round), auto's CPU against the 4-reader rows', and when its count last changed
+(a move that was undone is not a change). ``--held-out N`` then measures auto
+and that best row again, alone, side by side, in N new rounds (the grid's best
+is the largest of a dozen noisy medians, biased up).
 """
 
 import argparse
@@ -38,18 +41,26 @@ import queuekit as qk  # noqa: E402
 from queuekit.demo import generate_images  # noqa: E402
 
 
-def _data(tmp: str, names: list[str], images: int) -> dict[str, list[str]]:
+def _data(tmp: str, names: list[str], images: int, shards: int) -> dict[str, list[str]]:
     data: dict[str, list[str]] = {}
-    if {"a", "c", "s"} & set(names):
+    if {"a", "c", "s", "m", "o"} & set(names):
         generate_images(os.path.join(tmp, "big"), images)
     if {"a", "c"} & set(names):
         data["a"] = data["c"] = qk.write_tfrecords(
-            os.path.join(tmp, "big"), os.path.join(tmp, "a.tfrecords"), shards=4,
+            os.path.join(tmp, "big"), os.path.join(tmp, "a.tfrecords"), shards=shards,
             progress=False).outputs
     if "s" in names:
         data["s"] = qk.write_tfrecords(
             os.path.join(tmp, "big"), os.path.join(tmp, "s.tfrecords"), image_size=(64, 64),
-            shards=4, progress=False).outputs
+            shards=shards, progress=False).outputs
+    if "m" in names:  # many small files: 12 KB records, about 16 a file
+        data["m"] = qk.write_tfrecords(
+            os.path.join(tmp, "big"), os.path.join(tmp, "m.tfrecords"), image_size=(64, 64),
+            shards=max(1, images // 16), progress=False).outputs
+    if "o" in names:  # one big file of 48 KB records
+        data["o"] = qk.write_tfrecords(
+            os.path.join(tmp, "big"), os.path.join(tmp, "o.tfrecords"), image_size=(128, 128),
+            shards=1, progress=False).outputs
     if "b" in names:
         generate_images(os.path.join(tmp, "demo"), 600)
         data["b"] = qk.write_tfrecords(
@@ -176,7 +187,10 @@ def main():
     ap.add_argument("--held-out", type=int, default=0,
                     help="after the grid's rounds, this many rounds of auto and the best "
                          "fixed row alone, side by side (the worst line then uses them)")
-    ap.add_argument("--images", type=int, default=4000, help="images of (a), (c) and (s)")
+    ap.add_argument("--images", type=int, default=4000, help="images of (a), (c), (s), (m), (o)")
+    ap.add_argument("--shards", type=int, default=4, help="files of (a), (c) and (s)")
+    ap.add_argument("--epochs", type=int, default=None,
+                    help="each row one whole run of this many passes (not windows)")
     ap.add_argument("--no-spinning", dest="spinning", action="store_false",
                     help="every session with its thread pools' spinning off")
     ap.add_argument("--compare", default=None,
@@ -186,7 +200,7 @@ def main():
     names = args.workloads.split(",")
     worst: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        data = _data(tmp, names, args.images)
+        data = _data(tmp, names, args.images, args.shards)
         for name in names:
             compare = (("tfdata", "tfdata-batched", "ceilings") if name == "a"
                        else ("tfdata", "tfdata-batched")
@@ -205,7 +219,7 @@ def main():
                     step_ms=30.0 if name == "c" else 0.0,
                     image_size=(224, 224) if name == "j" else None,
                     compare=compare, consume=args.consume, spinning=args.spinning,
-                    progress=progress)
+                    epochs=args.epochs, progress=progress)
 
             reports = [_joined([run(**g, compare=compare if i == 0 else ())
                                 for i, g in enumerate(grid)]) for _ in range(args.rounds)]

@@ -120,3 +120,19 @@ def test_gzip_records_run_in_every_row_and_a_failed_row_says_its_error(tmp_path)
         kind, _, reason = (row.error or "").partition(": ")
         assert kind in ("DataLossError", "CorruptRecordError") and reason, row.error
         assert "Graph execution error" not in reason and not reason.startswith("File ")
+
+
+@pytest.mark.slow
+def test_epochs_time_each_row_s_whole_run_to_its_end_of_data(tmp_path):
+    """bench(epochs=2): every row (fixed and "auto" readers, tf.data vectorised, the seed's
+    pipeline) reads the files twice to their end, the last smaller batch too, timed once
+    from its build: a short job's rate, with what the tuner spends finding its count."""
+    files = [write_image_records(tmp_path / f"{k}.tfrecords", range(10 * k, 10 * k + 10),
+                                 shape=(8, 8, 3)) for k in range(3)]
+    report = qk.benchmark(files, readers=(1, "auto"), batch_size=8, epochs=2,
+                          compare=("tfdata-batched", "seed"))
+    assert [r.kind for r in report.rows] == [
+        "queuekit", "queuekit", "tf.data batch-then-parse", "seed-style"]
+    for row in report.rows:
+        assert row.error is None, row.error
+        assert row.records == 60 and len(row.runs) == 1 and row.records_per_s > 0

@@ -1,6 +1,7 @@
 """num_readers="auto": the tuner's moves on a producer whose speed the test sets, and the
 guarantees (exactly once, errors, Ctrl-C, no thread left) while threads are paused."""
 
+import os
 import signal
 import threading
 import time
@@ -354,9 +355,24 @@ def test_reads_of_many_records_start_at_one_thread(tmp_path, monkeypatch, read_m
     assert sorted(ids) == list(range(160))
 
 
-def test_reads_of_many_images_to_decode_start_at_half_the_threads(tmp_path, monkeypatch):
+def test_auto_builds_two_readers_per_core_and_starts_at_one_per_core(tmp_path, monkeypatch):
+    """By default "auto" builds two readers per core (4 to 16): every reader built costs
+    its ops and its start, paused or not; the tuner starts one per core."""
+    monkeypatch.setattr(tuner, "SETTLE_SECS", 600.0)  # the tuner's first window never ends
+    with qk.QueueSession() as qs:
+        b = qk.tfrecord_batches(_files(tmp_path, 4, 10), batch_size=8, num_epochs=1,
+                                num_readers="auto", read_many=0, parse_fn=_parse_ids)
+        qs.start()
+        state = _state(qs)
+        ids = [i for x in qs.iterate(b) for i in x["id"].tolist()]
+    built = max(4, min(2 * (os.cpu_count() or 1), 16))
+    assert (state.maximum, state.active) == (built, built // 2)
+    assert sorted(ids) == list(range(40))
+
+
+def test_reads_of_many_images_to_decode_start_at_every_thread(tmp_path, monkeypatch):
     """PNG records are read 64 a step under "auto", but each costs a decode: the tuner
-    starts them at half the threads, as reads of one record, not at one."""
+    starts them at every thread (a full queue tries fewer), not at one or half."""
     monkeypatch.setattr(tuner, "SETTLE_SECS", 600.0)  # the tuner's first window never ends
     files = [write_image_records(tmp_path / f"{k}.tfrecords", range(20 * k, 20 * k + 20),
                                  fmt="png") for k in range(4)]
@@ -368,7 +384,7 @@ def test_reads_of_many_images_to_decode_start_at_half_the_threads(tmp_path, monk
         names = [x.decode() for y in qs.iterate(b) for x in y["filename"].tolist()]
     assert qs.graph.get_collection(GraphKeys.DECODING)
     assert state.maximum == 8
-    assert state.active == 4
+    assert state.active == 8
     assert sorted(names) == sorted(f"id{i}" for i in range(80))
 
 

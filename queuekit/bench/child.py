@@ -49,8 +49,20 @@ def _queuekit(spec, layout):
     batch = tfrecord_batches(spec["files"], batch_size=spec["batch_size"],
                              shuffle=spec["shuffle"], num_readers=spec["readers"],
                              num_threads=spec["threads"], read_many=spec["read_many"],
-                             decode=Decode(image_size=spec.get("image_size")))
+                             decode=Decode(image_size=spec.get("image_size")),
+                             **_epochs(spec))
     return batch if spec.get("prefetch") is None else prefetched(batch, spec["prefetch"])
+
+
+def _epochs(spec) -> dict:
+    """A builder's epoch arguments: ``spec["epochs"]`` passes, every record kept; else endless."""
+    if not spec.get("epochs"):
+        return {}
+    return {"num_epochs": spec["epochs"], "allow_smaller_final_batch": True}
+
+
+def _repeat(ds, spec):
+    return ds.repeat(spec["epochs"]) if spec.get("epochs") else ds.repeat()
 
 
 def _compression(spec) -> str:
@@ -70,7 +82,7 @@ def _dataset(spec, parse, *, normalise_batch: bool):
     tf = _tf()
     from queuekit.pipelines.delivery import normalized
 
-    ds = _records(tf, spec).repeat()
+    ds = _repeat(_records(tf, spec), spec)
     if spec["shuffle"]:
         ds = ds.shuffle(1000)
     ds = ds.map(parse, tf.data.AUTOTUNE).batch(spec["batch_size"])
@@ -101,7 +113,7 @@ def _tfdata_batched(spec, layout):
         f = parse_records(ser, tf.fill(tf.shape(ser), ""), layout, many=True)
         return {"image": normalized(f["image"]), "label": f["label"]}
 
-    ds = _records(tf, spec).repeat()
+    ds = _repeat(_records(tf, spec), spec)
     if spec["shuffle"]:
         ds = ds.shuffle(1000)
     ds = ds.batch(spec["batch_size"]).map(parse, tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
@@ -123,19 +135,20 @@ def _seed(spec, layout):
     from queuekit.pipelines.builders import quiet_deprecations
 
     with quiet_deprecations():
-        fq = v1.train.string_input_producer(spec["files"])
+        fq = v1.train.string_input_producer(spec["files"], num_epochs=spec.get("epochs"))
         compression = _compression(spec)
         key, ser = v1.TFRecordReader(options=tf.io.TFRecordOptions(
             compression_type=compression) if compression else None).read(fq)
         im, lab = v1.train.batch(list(_parse_normalised(ser, layout, key)),
-                                 batch_size=spec["batch_size"], capacity=20)
+                                 batch_size=spec["batch_size"], capacity=20,
+                                 allow_smaller_final_batch=bool(spec.get("epochs")))
     return {"image": im, "label": lab}
 
 
 def _read_ceiling(spec, layout):
     """The files' bytes alone (TFRecordDataset, no parse): the read rate no pipeline beats."""
     tf = _tf()
-    ds = _records(tf, spec).repeat()
+    ds = _repeat(_records(tf, spec), spec)
     ser = tf.compat.v1.data.make_one_shot_iterator(
         ds.batch(spec["batch_size"]).prefetch(tf.data.AUTOTUNE)).get_next()
     return {"image": tf.strings.length(ser), "label": ser}
@@ -143,6 +156,8 @@ def _read_ceiling(spec, layout):
 
 def _normalise_ceiling(spec, layout):
     """Normalising one in-memory uint8 batch: the step's share no input pipeline avoids."""
+    if spec.get("epochs"):
+        raise ValueError("an in-memory batch has no end of data to time a whole run by")
     tf = _tf()
     from queuekit.pipelines.delivery import normalized
 
@@ -218,35 +233,62 @@ def _ready_batches(graph) -> int:
     return int(graph.get_operation_by_name(names[0]).get_attr("capacity")) if names else 0
 
 
+def _whole_run(run, fetch, step: float, started: tuple[float, float],
+               cpu: list) -> tuple[int, float]:
+    """(records, their rate) from the graph's build to the end of its data (a short job's
+    rate: what a tuner spends finding its configuration counts), its CPU into ``cpu``."""
+    tf = _tf()
+    n = 0
+    try:
+        while True:
+            n += int(run(fetch)[1])
+            if step:
+                time.sleep(step)  # a simulated training step, on the consumer side
+    except tf.errors.OutOfRangeError:
+        pass
+    wall = time.perf_counter() - started[0]
+    cpu.append(100 * (time.process_time() - started[1]) / wall)
+    return n, n / wall
+
+
 def _measure(spec) -> BenchRow:
+    _tf()  # imported before the clock starts: a whole run's time is its pipeline's
+    import queuekit.pipelines.builders  # noqa: F401
+    started = time.perf_counter(), time.process_time()
     graph, fetch, layout = _graph(spec)
     row = BenchRow(spec["kind"], spec["readers"], spec["threads"], spec["read_many"],
                    consume=spec.get("consume", "graph"))
     if spec["kind"] == "queuekit":  # what ran: "auto" readers choose read_many and prefetch
         row.read_many = _records_per_read(graph)
         row.prefetch = _ready_batches(graph)
-    rates, fills, cpu = [], [], []
+    rates: list[float] = []
+    fills: list[float] = []
+    cpu: list[float] = []
     step = spec["step_ms"] / 1000.0
     with _session(spec["kind"], graph, spec.get("spinning", True)) as (
             run, queue_stats, tuning, input_report):
-        for _ in range(spec["warmup_batches"]):
-            run(fetch)
-        for _ in range(spec["repeat"]):
-            n = batches = 0
-            t0, c0 = time.perf_counter(), time.process_time()
-            while time.perf_counter() - t0 < spec["seconds"]:
-                n += int(run(fetch)[1])
-                batches += 1
-                if step:
-                    time.sleep(step)  # a simulated training step, on the consumer side
-                if batches % 10 == 0:
-                    stats = [s for s in queue_stats() if s.fill is not None]
-                    if stats:
-                        fills.append(stats[-1].fill)
-            wall = time.perf_counter() - t0
-            rates.append(n / wall)
-            cpu.append(100 * (time.process_time() - c0) / wall)
-            row.batches_per_s = batches / wall
+        if spec.get("epochs"):  # the whole run: build, start, every pass, end of data
+            row.records, rate = _whole_run(run, fetch, step, started, cpu)
+            rates.append(rate)
+        else:
+            for _ in range(spec["warmup_batches"]):
+                run(fetch)
+            for _ in range(spec["repeat"]):
+                n = batches = 0
+                t0, c0 = time.perf_counter(), time.process_time()
+                while time.perf_counter() - t0 < spec["seconds"]:
+                    n += int(run(fetch)[1])
+                    batches += 1
+                    if step:
+                        time.sleep(step)  # a simulated training step, on the consumer side
+                    if batches % 10 == 0:
+                        stats = [s for s in queue_stats() if s.fill is not None]
+                        if stats:
+                            fills.append(stats[-1].fill)
+                wall = time.perf_counter() - t0
+                rates.append(n / wall)
+                cpu.append(100 * (time.process_time() - c0) / wall)
+                row.batches_per_s = batches / wall
         reports = input_report()  # the warm-up too: a small part of the time
         if reports:
             row.input_wait = reports[-1].wait_fraction

@@ -30,6 +30,7 @@ class BenchRow:
     tuned: int | None = None  # with readers="auto": the active count it settled on
     tuning: list = dataclasses.field(default_factory=list)  # [at, from, to, rate, reason]
     prefetch: int = 0  # batches made ready ahead of the step (tfrecord_batches' prefetch)
+    records: int | None = None  # with epochs: the records the whole run took
 
     @property
     def label(self) -> str:

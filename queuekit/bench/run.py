@@ -51,8 +51,8 @@ def benchmark(files, *, readers=(1, 2, 4), threads=(1,), read_many=(None,), pref
               batch_size=32,
               shuffle=False, seconds=5.0, warmup_batches=20, repeat=3, step_ms=0.0,
               compare=("tfdata-batched", "tfdata", "seed"), image_size=None,
-              consume: str = "graph", spinning: bool = True, progress=False,
-              on_row=None) -> BenchReport:
+              consume: str = "graph", spinning: bool = True, epochs: int | None = None,
+              progress=False, on_row=None) -> BenchReport:
     """Measure every configuration of the grid, each in its own process.
 
     Args:
@@ -76,6 +76,10 @@ def benchmark(files, *, readers=(1, 2, 4), threads=(1,), read_many=(None,), pref
             few cores, the pool threads that spin while idle take CPU from the readers
             of an input-bound loop (``docs/benchmarks-history.rst``); a step-bound model may
             run slower without it.
+        epochs: each row is one whole run of this many passes over the files, timed
+            from its graph's build to its end of data, as a short job sees it (a
+            tuner's search counts; ``seconds``, ``repeat`` and ``warmup_batches``
+            are then unused). None: the windows after the warm-up.
         progress: a tqdm bar over the configurations on stderr.
         on_row: called with each :class:`BenchRow` as it finishes.
 
@@ -103,7 +107,8 @@ def benchmark(files, *, readers=(1, 2, 4), threads=(1,), read_many=(None,), pref
             spec = dict(kind=kind, readers=r, threads=t, read_many=k, prefetch=p, files=files,
                         batch_size=batch_size, shuffle=shuffle, seconds=seconds,
                         warmup_batches=warmup_batches, repeat=repeat, step_ms=step_ms,
-                        image_size=image_size, consume=consume, spinning=spinning)
+                        image_size=image_size, consume=consume, spinning=spinning,
+                        epochs=epochs)
             row = _in_child(spec)
             report.rows.append(row)
             log.debug("bench row done: %s: %s", row.label, row.error or

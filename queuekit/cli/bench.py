@@ -52,6 +52,10 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--seconds", type=number(0, strict=True), default=5.0)
     p.add_argument("--warmup-batches", type=non_negative, default=20)
     p.add_argument("--repeat", type=positive, default=3)
+    p.add_argument("--epochs", type=positive, default=None,
+                   help="time each row's whole run of N passes over the files instead "
+                        "(from its graph's build to its end of data: a short job's rate, "
+                        "with what an 'auto' count spends finding itself)")
     p.add_argument("--step-ms", type=number(0, strict=False), default=0.0,
                    help="simulated training step per batch")
     p.add_argument("--consume", choices=["graph", "numpy"], default="graph",
@@ -125,7 +129,8 @@ def _run_bench(args) -> int:
                               seconds=args.seconds, warmup_batches=args.warmup_batches,
                               repeat=args.repeat, step_ms=args.step_ms, compare=compare,
                               image_size=args.image_size, consume=args.consume,
-                              spinning=args.spinning, progress=show_progress(args))
+                              spinning=args.spinning, epochs=args.epochs,
+                              progress=show_progress(args))
     print(report.table())
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

@@ -50,14 +50,17 @@ AUTO_READ_MAX_RECORD = 64 * 2**10
 
 
 def default_max_threads() -> int:
-    """The most readers ``"auto"`` builds (threads, for ``image_folder_batches``).
+    """The most readers ``"auto"`` builds (threads, for ``image_folder_batches``): two per
+    core, 4 to 16; the tuner starts at half of them, one per core.
 
-    8, or the number of cores up to 16. More than the cores: on 2 cores, 8
-    reader threads read raw 256x256x3 records faster than 1 or 2 (measured in
-    ``docs/benchmarks-history.rst``); the tuner runs only those that pay, and a paused
-    one costs a blocked thread.
+    Every reader built costs its ops at build and its callable at start, run or
+    paused: on 2 cores, 8 built (4 active) took a whole run of 3 passes over 1,000
+    records of 196 KB 2.0-2.6 s where 2 fixed readers took 1.2-1.4 s (0.2 s more to
+    build, 0.3 s more to the first batch, and 4 active read slower than 2:
+    ``docs/autotune.rst``). Two per core leaves the tuner room to climb where
+    readers wait on their files or share a decode.
     """
-    return max(8, min(os.cpu_count() or 1, 16))
+    return max(4, min(2 * (os.cpu_count() or 1), 16))
 
 
 def resolve_count(name: str, value, maximum: int | None) -> tuple[int, bool]:

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from queuekit.errors import DatasetError
 from queuekit.graph_keys import FILE_KEY
+from queuekit.graph_walk import rows_where
 from queuekit.pipelines.batching import (
     Batching,
     default_readers,
@@ -224,5 +225,5 @@ def _records(reader, filename_queue, read_many, record_shard):
     if record_shard:
         from queuekit.cluster.inputs import keep_shard
         mine = keep_shard(keys, record_shard)
-        keys, serialized = tf.boolean_mask(keys, mine), tf.boolean_mask(serialized, mine)
+        keys, serialized = rows_where(keys, mine), rows_where(serialized, mine)
     return keys, serialized

@@ -45,6 +45,7 @@ import tensorflow as tf
 
 from queuekit.features import install
 from queuekit.graph_keys import GraphKeys, graph_objects
+from queuekit.graph_walk import rows_where
 
 _v1 = tf.compat.v1
 POSITION_KEY = "queuekit_position_key"  # a batch component, taken out of the user's dict
@@ -118,7 +119,7 @@ def epoch_files(files, num_epochs: int | None, shuffle: bool, seed: int | None, 
         consumed_files = _scratch_table("consumed_files")
         again = tf.logical_or(tf.not_equal(started, resumed.read_value()),
                               tf.equal(consumed_files.lookup(order), 0))
-        order = _where(order, again)
+        order = rows_where(order, again)
         queue = tf.queue.FIFOQueue(_PRODUCER_CAPACITY, [tf.string], shapes=[[]])
         _v1.train.add_queue_runner(_v1.train.QueueRunner(queue, [queue.enqueue_many([order])]))
         epoch_value = _v1.placeholder(tf.int64, [], name="epoch_value")
@@ -171,14 +172,14 @@ def reads(position: InputPosition, next_read, *, many: bool):
         table = position.table
         n = table.lookup(k)
         skip = n > 0
-        done = table.insert(tf.boolean_mask(k, skip), tf.boolean_mask(n, skip) - 1)
+        done = table.insert(rows_where(k, skip), rows_where(n, skip) - 1)
         left = position.pending.assign_sub(tf.reduce_sum(tf.cast(skip, tf.int64)))
         with tf.control_dependencies([done, left]):
             return tf.logical_not(skip)
 
     def kept(k, v):
         keep = position.guard.execute(lambda: count_down(k))
-        return tf.boolean_mask(k, keep), tf.boolean_mask(v, keep)
+        return rows_where(k, keep), rows_where(v, keep)
 
     with tf.name_scope("skipping_read"):
         if many:
@@ -248,18 +249,13 @@ def _split_keys(keys):
     # The raw kernels, a gather and segment_max: tf.strings.split's RaggedTensor and a
     # boolean_mask were 32 and 27 ops each in every resumable graph.
     keys = tf.raw_ops.StringSplitV2(input=keys, sep="\0").values  # a batch's keys, joined
-    keys = _where(keys, tf.not_equal(keys, b""))  # an empty batch's element
+    keys = rows_where(keys, tf.not_equal(keys, b""))  # an empty batch's element
     pieces = tf.raw_ops.StringSplitV2(input=keys, sep=":")
     row = pieces.indices[:, 0]  # in order: a key's pieces are consecutive
     last = tf.gather(pieces.values, tf.math.segment_max(tf.range(tf.size(row)), row))
     length = tf.strings.length(keys) - tf.strings.length(last) - 1
     names, which = tf.unique(tf.strings.substr(keys, tf.zeros_like(length), length))
     return names, which, tf.strings.to_number(last, tf.int64)
-
-
-def _where(values, keep):
-    """``values[keep]`` of a vector in 4 ops (a boolean_mask's general shapes: 27)."""
-    return tf.gather(values, tf.reshape(tf.where(keep), [-1]))
 
 
 def _identity(value):

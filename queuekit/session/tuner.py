@@ -82,23 +82,27 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def first_count(total: int, *, many: bool = False) -> int:
-    """Active threads at the start: half of ``total``; one with ``many`` (each enqueue
-    carries many records).
+def first_count(total: int, *, many: bool = False, decoding: bool = False) -> int:
+    """Active threads at the start: half of ``total`` (the builders build two per core:
+    one per core); one with ``many`` (each enqueue carries many records); all of them
+    with ``decoding``.
 
     On this project's 2-core machine every fixed grid of one record per read was
-    near its best from four reader threads up, and each step up from below costs
+    near its best from two reader threads up, and each step up from below costs
     a window at a slower count (``docs/autotune.rst``). Half leaves room to climb;
     a full queue still tries fewer. A read of many records pays its per-read
     costs once for all of them, and the fastest fixed row on 12 KB records read
     64 at a time was one reader with one thread: started at half (8 threads),
     ``auto`` needed about 7 windows to come down; started at one per core (2:
     one reader's two threads) it stayed there, at 0.92x. From one it climbs
-    while the queue starves. Reads of many images that are decoded
-    (``GraphKeys.DECODING``) are not ``many`` here: each record costs a decode,
-    and from one thread ``auto`` reached 3 readers of 64 JPEGs only after 2.8 to
-    4.8 s, where 4 ran fastest.
+    while the queue starves. Reads of images that are decoded
+    (``GraphKeys.DECODING``) start at all of them: each record costs a decode,
+    four readers of JPEGs ran fastest on 2 cores, and a read of 64 JPEGs is a few
+    enqueues a window, too few to judge a climb by: started at half, ``auto``
+    whole runs of 3 passes over 600 JPEGs ran at 0.66 of four fixed readers.
     """
+    if decoding:
+        return total
     return 1 if many else max(1, total // 2)
 
 
@@ -292,7 +296,7 @@ class Tuners(Feature):
             if name in tuned and name not in counts.gates and len(qr.enqueue_ops) > 1:
                 many = name in whole or qr.enqueue_ops[0].type.startswith("QueueEnqueueMany")
                 gate = Gate(len(qr.enqueue_ops), first_count(
-                    len(qr.enqueue_ops), many=many and name not in decoding))
+                    len(qr.enqueue_ops), many=many, decoding=name in decoding))
                 per = records_per_enqueue(qr.enqueue_ops[0])
                 tuners.append(Tuner(name, gate, self.running.coord,
                                     lambda q=name: counts.enqueues.get(q, 0),
