@@ -89,17 +89,20 @@ def test_fixed_counts_get_no_tuner(tmp_path):
 
 
 def test_slow_producer_gets_threads_and_a_stopped_consumer_gives_them_back(tmp_path):
-    """Starved queue: more active readers; full queue (the step is the slow side): fewer.
-    Then every record still arrives exactly once, paused readers finishing their files."""
+    """Starved queue: more active threads; full queue (the step is the slow side): fewer.
+    Then every record still arrives exactly once, paused threads finishing their reads.
+    A parse_fn's records are one reader's: its threads are tuned (its parse is the work)."""
     producer = Producer(0.01)
     with qk.QueueSession() as qs:
         b = qk.tfrecord_batches(_files(tmp_path, 4, 600), batch_size=8, num_epochs=1,
                                 num_readers="auto", max_readers=4, parse_fn=producer,
                                 capacity=64)
-        seen = _consume_until(qs, b, _grew(1), "add readers")
-        assert _state(qs).maximum == 4  # 4 readers, a thread each
+        assert len([op for op in qs.graph.get_operations()
+                    if op.type == "TFRecordReaderV2"]) == 1
+        seen = _consume_until(qs, b, _grew(1), "add threads")
+        assert _state(qs).maximum == 4  # one reader's 4 threads
         producer.delay = 0.0  # the producer is now fast, and nobody consumes: the queue fills
-        _until(qs, _gave_back, "give readers back")
+        _until(qs, _gave_back, "give threads back")
         seen += [i for x in qs.iterate(b) for i in x["id"].tolist()]
     assert sorted(seen) == list(range(2400))
 

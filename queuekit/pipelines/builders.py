@@ -10,6 +10,7 @@ that does not match its declared shape.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import tensorflow as tf
@@ -22,6 +23,7 @@ from queuekit.pipelines.batching import (
     default_readers,
     file_batches,
     mark_decoding,
+    one_tuned_reader,
     quiet_deprecations,
     read_count,
     records_per_read,
@@ -87,7 +89,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         shuffle: shuffle the file order and use a ``shuffle_batch`` queue.
         seed: seed of both shuffles (and of ``random_crop``).
         num_readers: parallel ``TFRecordReader`` ops (``batch_join``), or
-            ``"auto"``: ``max_readers`` of them (default: 8, or the cores up to 16),
+            ``"auto"``: ``max_readers`` of them (default: two per core, 4 to 16),
             whose threads a :class:`~queuekit.QueueSession` runs only as many
             of as raise the rate or, when the queue is full, cost the least
             CPU per record (``qs.tuning()``). Default: ``"auto"`` with a
@@ -188,6 +190,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
 
     read_many = records_per_read(read_many, num_readers, raw_bytes=raw_bytes, encoded=encoded,
                                  remote=parse_fn is None and bool(record_shard or device))
+    opts = dataclasses.replace(opts, one_reader=one_tuned_reader(parse_fn, read_many))
 
     def read(filename_queue):
         reader = _reader(kind)
