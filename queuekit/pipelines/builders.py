@@ -92,7 +92,8 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
             ``"auto"``: ``max_readers`` of them (default: two per core, 4 to 16),
             whose threads a :class:`~queuekit.QueueSession` runs only as many
             of as raise the rate or, when the queue is full, cost the least
-            CPU per record (``qs.tuning()``). Default: ``"auto"`` with a
+            CPU per record (``qs.tuning()``); over a ``parse_fn`` given one
+            record a read, one reader with that many threads. Default: ``"auto"`` with a
             ``parse_fn`` (your preprocessing runs in parallel, as TF1's
             ``num_preprocess_threads`` did), else 1 (records in file order).
         num_threads: enqueue threads per reader. With one (the default) each
