@@ -88,10 +88,17 @@ def test_fixed_counts_get_no_tuner(tmp_path):
         assert not [t for t in threading.enumerate() if t.name.startswith("queuekit-tuner")]
 
 
-def test_slow_producer_gets_threads_and_a_stopped_consumer_gives_them_back(tmp_path):
+def _half(total, **_):
+    """The tuner's start for tests of its climb: a parse_fn's threads start all running."""
+    return max(1, total // 2)
+
+
+def test_slow_producer_gets_threads_and_a_stopped_consumer_gives_them_back(tmp_path,
+                                                                             monkeypatch):
     """Starved queue: more active threads; full queue (the step is the slow side): fewer.
     Then every record still arrives exactly once, paused threads finishing their reads.
     A parse_fn's records are one reader's: its threads are tuned (its parse is the work)."""
+    monkeypatch.setattr(tuner, "first_count", _half)  # from half: room to climb
     producer = Producer(0.01)
     with qk.QueueSession() as qs:
         b = qk.tfrecord_batches(_files(tmp_path, 4, 600), batch_size=8, num_epochs=1,
@@ -343,8 +350,9 @@ def _parse_ids(serialized):
 
 @pytest.mark.parametrize("read_many", [None, 16, "batch"])
 def test_reads_of_many_records_start_at_one_thread(tmp_path, monkeypatch, read_many):
-    """One record per read starts at half the threads; reads of many records (or whole
-    batches) at one, and climb from there while the queue starves."""
+    """A parse_fn given one record a read starts every thread (one reader's: its parse is
+    the work); given many records (or whole batches) one, climbing while the queue
+    starves."""
     monkeypatch.setattr(tuner, "SETTLE_SECS", 600.0)  # the tuner's first window never ends
     with qk.QueueSession() as qs:
         b = qk.tfrecord_batches(_files(tmp_path, 4, 40), batch_size=8, num_epochs=1,
@@ -353,24 +361,31 @@ def test_reads_of_many_records_start_at_one_thread(tmp_path, monkeypatch, read_m
         qs.start()
         state = _state(qs)
         ids = [i for x in qs.iterate(b) for i in x["id"].tolist()]
-    assert state.maximum == 8  # 8 readers, a thread each
-    assert state.active == (4 if read_many is None else 1)
+    assert state.maximum == 8  # 8 threads: of one reader, or of 8
+    assert state.active == (8 if read_many is None else 1)
+    readers = [op for op in qs.graph.get_operations() if op.type == "TFRecordReaderV2"]
+    assert len(readers) == (1 if read_many is None else 8)
     assert sorted(ids) == list(range(160))
 
 
 def test_auto_builds_two_readers_per_core_and_starts_at_one_per_core(tmp_path, monkeypatch):
     """By default "auto" builds two readers per core (4 to 16): every reader built costs
-    its ops and its start, paused or not; the tuner starts one per core."""
+    its ops and its start, paused or not; the tuner starts one per core (raw images, one
+    record a read)."""
     monkeypatch.setattr(tuner, "SETTLE_SECS", 600.0)  # the tuner's first window never ends
+    files = [write_image_records(tmp_path / f"{k}.tfrecords", range(10 * k, 10 * k + 10))
+             for k in range(4)]
     with qk.QueueSession() as qs:
-        b = qk.tfrecord_batches(_files(tmp_path, 4, 10), batch_size=8, num_epochs=1,
-                                num_readers="auto", read_many=0, parse_fn=_parse_ids)
+        b = qk.tfrecord_batches(files, batch_size=8, num_epochs=1, num_readers="auto",
+                                read_many=0)
         qs.start()
         state = _state(qs)
-        ids = [i for x in qs.iterate(b) for i in x["id"].tolist()]
+        names = [x.decode() for y in qs.iterate(b) for x in y["filename"].tolist()]
     built = max(4, min(2 * (os.cpu_count() or 1), 16))
     assert (state.maximum, state.active) == (built, built // 2)
-    assert sorted(ids) == list(range(40))
+    assert len([op for op in qs.graph.get_operations()
+                if op.type == "TFRecordReaderV2"]) == built
+    assert sorted(names) == sorted(f"id{i}" for i in range(40))
 
 
 def test_reads_of_many_images_to_decode_start_at_every_thread(tmp_path, monkeypatch):
@@ -392,8 +407,9 @@ def test_reads_of_many_images_to_decode_start_at_every_thread(tmp_path, monkeypa
 
 
 @pytest.mark.parametrize("max_readers", [1, 2, 4])
-def test_each_record_exactly_once_while_the_tuner_moves(tmp_path, max_readers):
+def test_each_record_exactly_once_while_the_tuner_moves(tmp_path, monkeypatch, max_readers):
     """Every record is delivered once while the tuner pauses and resumes reader threads."""
+    monkeypatch.setattr(tuner, "first_count", _half)  # from half: room to climb
     with qk.QueueSession() as qs:
         b = qk.tfrecord_batches(_files(tmp_path, 20, 60), batch_size=7, num_epochs=1,
                                 num_readers="auto", max_readers=max_readers, shuffle=True,
@@ -412,8 +428,9 @@ def _only(moves):
     return state
 
 
-def test_a_runner_error_while_threads_are_paused_is_raised(tmp_path):
+def test_a_runner_error_while_threads_are_paused_is_raised(tmp_path, monkeypatch):
     """A runner's error raised while other threads are paused reaches the caller."""
+    monkeypatch.setattr(tuner, "first_count", _half)  # from half: room to climb
     producer = Producer(0.01, poison=None)
     with pytest.raises(tf.errors.InvalidArgumentError, match="poison record"):
         with qk.QueueSession() as qs:
@@ -487,3 +504,20 @@ with qk.QueueSession(stall_timeout_secs=None) as qs:
     _, err, took = signal_when_ready(child, signal.SIGINT, ready="paused")
     assert err.strip().splitlines()[-1] == "KeyboardInterrupt", err[-2000:]
     assert took < 8, f"took {took:.1f} s"
+
+
+@pytest.mark.parametrize("fmt", ["png", None])
+def test_auto_with_one_reader_at_most_builds_no_tuner(tmp_path, fmt):
+    """max_readers=1 leaves nothing to tune: PNG records (read many to decode) and a
+    parse_fn's records build one reader and no tuner (PNGs raised IndexError before)."""
+    files = [write_image_records(tmp_path / f"{k}.tfrecords", range(5 * k, 5 * k + 5),
+                                 fmt=fmt or "raw") for k in range(2)]
+    parse = None if fmt else (lambda s: tf.io.parse_single_example(
+        s, {"filename": tf.io.FixedLenFeature([], tf.string)}))
+    with qk.QueueSession() as qs:
+        b = qk.tfrecord_batches(files, batch_size=4, num_epochs=1, num_readers="auto",
+                                max_readers=1, parse_fn=parse)
+        names = [x.decode() for y in qs.iterate(b) for x in y["filename"].tolist()]
+        assert qs.tuning() == {}
+        assert not qs.graph.get_collection(GraphKeys.DECODING)
+    assert sorted(names) == sorted(f"id{i}" for i in range(10))

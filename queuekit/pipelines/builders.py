@@ -27,6 +27,7 @@ from queuekit.pipelines.batching import (
     quiet_deprecations,
     read_count,
     records_per_read,
+    resolve_count,
 )
 from queuekit.pipelines.delivery import normalized
 from queuekit.pipelines.layout import parse_records, record_layout
@@ -208,8 +209,9 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
 
     batch = file_batches(files, read, opts, read_many=read_many,
                          name=name or "tfrecord_batches", device=device)
-    if encoded and read_many and num_readers == "auto":
-        mark_decoding()
+    tuned = resolve_count("num_readers", num_readers, max_readers)[1]
+    if tuned and (encoded and read_many or opts.one_reader):
+        mark_decoding()  # each record costs a decode, or a parse_fn: every thread starts
     return batch
 
 
