@@ -61,6 +61,10 @@ def _gave_back(state):
     return any(d.to_count < d.from_count and d.reason == "queue full" for d in state.history)
 
 
+def _readers(graph) -> int:
+    return len([op for op in graph.get_operations() if op.type == "TFRecordReaderV2"])
+
+
 def _state(qs):
     (state,) = qs.tuning().values()
     return state
@@ -104,8 +108,7 @@ def test_slow_producer_gets_threads_and_a_stopped_consumer_gives_them_back(tmp_p
         b = qk.tfrecord_batches(_files(tmp_path, 4, 600), batch_size=8, num_epochs=1,
                                 num_readers="auto", max_readers=4, parse_fn=producer,
                                 capacity=64)
-        assert len([op for op in qs.graph.get_operations()
-                    if op.type == "TFRecordReaderV2"]) == 1
+        assert _readers(qs.graph) == 1
         seen = _consume_until(qs, b, _grew(1), "add threads")
         assert _state(qs).maximum == 4  # one reader's 4 threads
         producer.delay = 0.0  # the producer is now fast, and nobody consumes: the queue fills
@@ -363,8 +366,7 @@ def test_reads_of_many_records_start_at_one_thread(tmp_path, monkeypatch, read_m
         ids = [i for x in qs.iterate(b) for i in x["id"].tolist()]
     assert state.maximum == 8  # 8 threads: of one reader, or of 8
     assert state.active == (8 if read_many is None else 1)
-    readers = [op for op in qs.graph.get_operations() if op.type == "TFRecordReaderV2"]
-    assert len(readers) == (1 if read_many is None else 8)
+    assert _readers(qs.graph) == (1 if read_many is None else 8)
     assert sorted(ids) == list(range(160))
 
 
@@ -372,35 +374,33 @@ def test_auto_builds_two_readers_per_core_and_starts_at_one_per_core(tmp_path, m
     """By default "auto" builds two readers per core (4 to 16): every reader built costs
     its ops and its start, paused or not; the tuner starts one per core (raw images, one
     record a read)."""
+    state, graph, names = _at_start(monkeypatch, tmp_path, "raw", read_many=0)
+    built = max(4, min(2 * (os.cpu_count() or 1), 16))
+    assert (state.maximum, state.active) == (built, built // 2)
+    assert _readers(graph) == built
+    assert sorted(names) == sorted(f"id{i}" for i in range(80))
+
+
+def _at_start(monkeypatch, tmp_path, fmt, **kwargs):
+    """(the tuner's state at its start, the graph, every record's name) of "auto" readers
+    of 4 files of 20 images."""
     monkeypatch.setattr(tuner, "SETTLE_SECS", 600.0)  # the tuner's first window never ends
-    files = [write_image_records(tmp_path / f"{k}.tfrecords", range(10 * k, 10 * k + 10))
-             for k in range(4)]
+    files = [write_image_records(tmp_path / f"{k}.tfrecords", range(20 * k, 20 * k + 20),
+                                 fmt=fmt) for k in range(4)]
     with qk.QueueSession() as qs:
         b = qk.tfrecord_batches(files, batch_size=8, num_epochs=1, num_readers="auto",
-                                read_many=0)
+                                **kwargs)
         qs.start()
         state = _state(qs)
         names = [x.decode() for y in qs.iterate(b) for x in y["filename"].tolist()]
-    built = max(4, min(2 * (os.cpu_count() or 1), 16))
-    assert (state.maximum, state.active) == (built, built // 2)
-    assert len([op for op in qs.graph.get_operations()
-                if op.type == "TFRecordReaderV2"]) == built
-    assert sorted(names) == sorted(f"id{i}" for i in range(40))
+    return state, qs.graph, names
 
 
 def test_reads_of_many_images_to_decode_start_at_every_thread(tmp_path, monkeypatch):
     """PNG records are read 64 a step under "auto", but each costs a decode: the tuner
     starts them at every thread (a full queue tries fewer), not at one or half."""
-    monkeypatch.setattr(tuner, "SETTLE_SECS", 600.0)  # the tuner's first window never ends
-    files = [write_image_records(tmp_path / f"{k}.tfrecords", range(20 * k, 20 * k + 20),
-                                 fmt="png") for k in range(4)]
-    with qk.QueueSession() as qs:
-        b = qk.tfrecord_batches(files, batch_size=8, num_epochs=1, num_readers="auto",
-                                max_readers=8)
-        qs.start()
-        state = _state(qs)
-        names = [x.decode() for y in qs.iterate(b) for x in y["filename"].tolist()]
-    assert qs.graph.get_collection(GraphKeys.DECODING)
+    state, graph, names = _at_start(monkeypatch, tmp_path, "png", max_readers=8)
+    assert graph.get_collection(GraphKeys.DECODING)
     assert state.maximum == 8
     assert state.active == 8
     assert sorted(names) == sorted(f"id{i}" for i in range(80))
