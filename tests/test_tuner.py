@@ -474,6 +474,8 @@ def test_ctrl_c_while_readers_are_paused_exits_promptly(tmp_path):
 import time, threading
 import tensorflow as tf
 import queuekit as qk
+import queuekit.session.tuner as tuner
+tuner.first_count = lambda total, **_: max(1, total // 2)  # from half: room to climb
 delay = [0.01]
 def work(i):
     time.sleep(delay[0])  # a slow producer first, so the tuner grows
