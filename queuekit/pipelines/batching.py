@@ -221,7 +221,7 @@ class Batching:
     work_queue: WorkQueueInput | None = None  # files from a work queue on a ps
     prefetch: int | None = None  # batches made ready ahead of the step (ready_count)
     # "auto" tunes the threads of one reader, not readers (a parse_fn's records: the
-    # parse is the work, as TF1's num_preprocess_threads; see tuned_readers)
+    # parse is the work, as TF1's num_preprocess_threads; see one_tuned_reader)
     one_reader: bool = False
 
     def __post_init__(self):
