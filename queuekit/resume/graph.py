@@ -7,17 +7,16 @@ pipeline (not a work queue's: its chief keeps books of its own) is built with
   and with ``shuffle`` each epoch's file order drawn by a stateless shuffle
   of ``(seed, epoch)``, so epoch k has the same order in every run and after
   a restart;
-- beside each reader's read, a skipping read (:func:`reads`) that drops the
-  records a restored checkpoint says were consumed already: a skip table the
-  session fills before the runners start, counted down inside one
-  ``tf.CriticalSection`` (two readers can read the same record at once, one
-  pass of it in each of two epochs; its count must go down once per read).
-  Only a resumed session runs it: its runner threads take their records from
-  the skipping read and feed them to the enqueue op in place of the plain
-  read, until nothing is left to skip. The plain read has no control flow
-  around it: a ``tf.cond`` or ``Switch`` in a runner's step cost about 3% of
-  workload (a) (TensorFlow's executor takes a slower path for any graph with
-  control flow);
+- beside each reader's read, nothing: a resumed session's runner threads
+  (:mod:`queuekit.resume.tally`) run the plain read alone, drop in Python the
+  records a restored checkpoint says were consumed already, and feed the
+  others to the enqueue op in place of the read, until nothing is left to
+  skip. The graph holds no control flow for it (a ``tf.cond`` or ``Switch``
+  in a runner's step cost about 3% of workload (a): TensorFlow's executor
+  takes a slower path for any graph with control flow), and no skip table: the
+  in-graph skipping read (a ``while_loop`` in a ``CriticalSection``) was 30 of
+  a one-reader pipeline's 164 ops and most of its build time, paid by every
+  graph for what only a resumed one runs;
 - each record's reader key (``<file>:<byte offset>``, ``<file>:<record
   index>`` for fixed-length records, ``<file>:0`` for an image file) as a
   hidden batch component, taken out again by :func:`take_consumed`: every
@@ -65,25 +64,18 @@ class InputPosition:
     shuffle: bool
     seed: int
     epoch: Any  # local int64 variable: how many epochs the producer started
-    set_epoch: Any  # op: epoch = epoch_value, and it is the epoch resumed
+    set_epoch: Any  # op: epoch = epoch_value
     epoch_value: Any
-    fill_skip: Any  # op: skip[skip_keys] = skip_counts; pending = their sum
-    skip_keys: Any  # placeholder [None] string: "<file>:<offset or index>", as the reader says
-    skip_counts: Any  # placeholder [None] int64: reads of that record to drop
-    pending: Any  # local int64 variable: reads still to skip (0: reads go through as they are)
-    table: Any = None  # the skip table
-    guard: Any = None  # the CriticalSection its count-down and the consumed table run in
     producer_queue: str = ""  # the filename queue
-    pending_now: Any = None  # pending's value (a resumed runner stops skipping at 0)
     items: tuple[bytes, ...] = ()  # what the filename queue carries for each file
     consumed_whole: Any = None  # placeholder [None] string: items the resumed epoch drops
     drop_files: Any = None  # op: the resumed epoch's producer leaves consumed_whole out
-    # Per reader: ((keys, values) of its plain read, (keys, values) of its skipping read).
+    # Per reader: ((keys, values) of its read, whether it reads many records at a time).
     reads: list = dataclasses.field(default_factory=list)
     consumed: Any = None  # a queue of the reader keys of each batch a run took out
     tally: Any = None  # op: consumed notes from now on (a queuekit session tallies)
     tallying: Any = None  # its variable (1 once tallying)
-    drain: Any = None  # (names, which, places) of the keys in ``consumed``, taken out
+    drain: Any = None  # the keys in ``consumed`` (a string a batch), taken out
 
 
 def epoch_files(files, num_epochs: int | None, shuffle: bool, seed: int | None, *,
@@ -113,32 +105,25 @@ def epoch_files(files, num_epochs: int | None, shuffle: bool, seed: int | None, 
             with tf.control_dependencies([started]):
                 order = tf.identity(content)
         # The files a restored checkpoint's epoch consumed whole are not read again in it
-        # (rather than read and every record skipped: a restart late in a long epoch).
-        resumed = _v1.Variable(-1, dtype=tf.int64, trainable=False, name="resumed_epoch",
-                               collections=[_v1.GraphKeys.LOCAL_VARIABLES], use_resource=True)
+        # (rather than read and every record skipped: a restart late in a long epoch). The
+        # resumed epoch is the first the producer starts after the restore: its order takes
+        # them out of the table, so the epochs after it read them.
         consumed_files = _scratch_table("consumed_files")
-        again = tf.logical_or(tf.not_equal(started, resumed.read_value()),
-                              tf.equal(consumed_files.lookup(order), 0))
-        order = rows_where(order, again)
+        again = tf.equal(consumed_files.lookup(order), 0)
+        with tf.control_dependencies([again]):
+            forget = consumed_files.remove(content)
+        with tf.control_dependencies([forget]):
+            order = rows_where(order, again)
         queue = tf.queue.FIFOQueue(_PRODUCER_CAPACITY, [tf.string], shapes=[[]])
         _v1.train.add_queue_runner(_v1.train.QueueRunner(queue, [queue.enqueue_many([order])]))
         epoch_value = _v1.placeholder(tf.int64, [], name="epoch_value")
         whole = _v1.placeholder(tf.string, [None], name="consumed_whole")
-        skip_keys = _v1.placeholder(tf.string, [None], name="skip_keys")
-        skip_counts = _v1.placeholder(tf.int64, [None], name="skip_counts")
-        table = _scratch_table("skip")
-        pending = _v1.Variable(0, dtype=tf.int64, trainable=False, name="pending_skips",
-                               collections=[_v1.GraphKeys.LOCAL_VARIABLES], use_resource=True)
-        fill = tf.group(table.insert(skip_keys, skip_counts),
-                        pending.assign(tf.reduce_sum(skip_counts)))
         position = InputPosition(
             position_name, files, "file" if items is not None else "index" if fixed else "offset",
             fixed, num_epochs, shuffle,
             seed, epoch,
-            tf.group(epoch.assign(epoch_value), resumed.assign(epoch_value)), epoch_value,
-            fill, skip_keys, skip_counts, pending,
-            table, tf.CriticalSection(name="skip_guard"), queue.queue_ref.op.name,
-            pending_now=pending.read_value(), items=tuple(
+            epoch.assign(epoch_value), epoch_value,
+            queue.queue_ref.op.name, items=tuple(
                 os.fsencode(f) for f in files) if items is None else tuple(
                 i if isinstance(i, bytes) else str(i).encode() for i in items),
             consumed_whole=whole, drop_files=consumed_files.insert(
@@ -154,54 +139,18 @@ def _scratch_table(name: str):
     saveables = graph.get_collection_ref(_v1.GraphKeys.SAVEABLE_OBJECTS)
     before = list(saveables)
     table = tf.lookup.experimental.MutableHashTable(tf.string, tf.int64, 0, name=name)
-    # The table registers itself for every Saver(); it is this session's scratch (the skip
-    # table is filled from the input position a checkpoint carries), never the model's.
+    # The table registers itself for every Saver(); it is this session's scratch (filled
+    # from the input position a checkpoint carries), never the model's.
     saveables[:] = before
     return table
 
 
 def reads(position: InputPosition, next_read, *, many: bool):
-    """``next_read()``'s ``(keys, values)``, what the pipeline reads; beside it a skipping
-    read on the same reader, which a resumed session's runners use until nothing is left to
-    skip: with ``many`` (vectors) the kept records of a read, never none (it reads again);
-    else the first record not skipped."""
+    """``next_read()``'s ``(keys, values)``, what the pipeline reads, noted in ``position``
+    (a resumed session's runners skip what was consumed from it: with ``many``, vectors)."""
     keys, values = next_read()
-
-    def count_down(k):
-        """Which of the reads ``k`` to keep; counts each skip down (in the guard)."""
-        table = position.table
-        n = table.lookup(k)
-        skip = n > 0
-        done = table.insert(rows_where(k, skip), rows_where(n, skip) - 1)
-        left = position.pending.assign_sub(tf.reduce_sum(tf.cast(skip, tf.int64)))
-        with tf.control_dependencies([done, left]):
-            return tf.logical_not(skip)
-
-    def kept(k, v):
-        keep = position.guard.execute(lambda: count_down(k))
-        return rows_where(k, keep), rows_where(v, keep)
-
-    with tf.name_scope("skipping_read"):
-        if many:
-            skipping = tuple(tf.while_loop(
-                lambda k, v: tf.equal(tf.size(k), 0), lambda k, v: kept(*next_read()),
-                kept(*next_read()), shape_invariants=(
-                    tf.TensorShape([None]), tf.TensorShape([None]) + values.shape[1:])))
-        else:
-            skipping = tuple(tf.while_loop(
-                lambda k, v: tf.logical_not(position.guard.execute(
-                    lambda: count_down(tf.expand_dims(k, 0)))[0]),
-                lambda k, v: tuple(next_read()), tuple(next_read())))
-    _quiet_guard(position)
-    position.reads.append(((keys, values), skipping))
+    position.reads.append(((keys, values), many))
     return keys, values
-
-
-def _quiet_guard(position: InputPosition) -> None:
-    # TF notes each CriticalSection execution in a collection that a Saver's meta graph
-    # cannot serialize (a warning on every save); the note guards nested executions only.
-    executions = _v1.get_collection_ref("critical_section_executions")
-    executions[:] = [e for e in executions if e.handle is not position.guard._handle]
 
 
 def take_consumed(position: InputPosition, batch: dict) -> dict:
@@ -224,8 +173,9 @@ def take_consumed(position: InputPosition, batch: dict) -> dict:
                 0, dtype=tf.int32, trainable=False, name="tallying",
                 collections=[_v1.GraphKeys.LOCAL_VARIABLES], use_resource=True)
             position.tally = position.tallying.assign(1)
-            # One run drains what is there (one drainer at a time: it never waits).
-            position.drain = _split_keys(queue.dequeue_many(queue.size()))
+            # One run drains what is there (one drainer at a time: it never waits); the
+            # session splits the keys in a graph of its own (queuekit.resume.tally).
+            position.drain = queue.dequeue_many(queue.size())
         # A batch's keys joined into one string: held until a drain, 32 strings a batch
         # were small blocks scattered among the records' freed large ones, and glibc then
         # faulted in fresh pages for records (3.5 faults per 196 KB record, against 0.05
@@ -235,27 +185,6 @@ def take_consumed(position: InputPosition, batch: dict) -> dict:
         noted = position.consumed.enqueue_many([joined[:position.tallying.read_value()]])
     with tf.control_dependencies([noted]):
         return {k: _identity(v) for k, v in batch.items()}
-
-
-def _split_keys(keys):
-    """``(names, which, places)`` of drained reader keys ``<file>:<place>`` (each element
-    a batch's, NUL-separated): the files' names once each, each key's name as an index
-    into them, and its place (int64).
-
-    Split here, by TF's string kernels outside the GIL: fetching 32,000 keys into Python
-    and splitting them with numpy took the main thread 30 ms per drain, between two steps.
-    Split at the last ``:`` byte (a file's name may hold one), byte-wise (a name may not
-    be UTF-8)."""
-    # The raw kernels, a gather and segment_max: tf.strings.split's RaggedTensor and a
-    # boolean_mask were 32 and 27 ops each in every resumable graph.
-    keys = tf.raw_ops.StringSplitV2(input=keys, sep="\0").values  # a batch's keys, joined
-    keys = rows_where(keys, tf.not_equal(keys, b""))  # an empty batch's element
-    pieces = tf.raw_ops.StringSplitV2(input=keys, sep=":")
-    row = pieces.indices[:, 0]  # in order: a key's pieces are consecutive
-    last = tf.gather(pieces.values, tf.math.segment_max(tf.range(tf.size(row)), row))
-    length = tf.strings.length(keys) - tf.strings.length(last) - 1
-    names, which = tf.unique(tf.strings.substr(keys, tf.zeros_like(length), length))
-    return names, which, tf.strings.to_number(last, tf.int64)
 
 
 def _identity(value):

@@ -6,7 +6,8 @@ a :class:`Tally` counts, per record, how many times a run took it out of the
 batch queue: the graph puts each batch's reader keys in a queue in the run
 that takes the batch (also a hook's run, or a run on the raw session), and
 the tally drains that queue every :data:`_DRAIN_RUNS` runs and before each
-checkpoint (the keys never pass through Python with a step). Records read but
+checkpoint (the keys never pass through Python with a step), and splits the
+keys in a graph and session of its own (:class:`KeySplitter`). Records read but
 still in the queues (a shuffle buffer) are not consumed.
 
 A checkpoint written through the session (``saver.save(qs, path)``, TF's
@@ -21,10 +22,12 @@ the files and what is in flight: each file's counts are run-length encoded
 On restore (``checkpoint_dir``, ``saver.restore(qs, path)`` before the first
 run, a session creator's restore of ``checkpoint_dir``) the session reads that
 file before any runner starts: each pipeline's producer restarts at the
-oldest epoch not finished, and a skip table drops, per record, the reads
-already consumed. The files must be those the checkpoint saw (same names,
-same sizes), or the restore is a :class:`DatasetError` naming the first one
-that differs.
+oldest epoch not finished, and its runner threads drop, per record, the reads
+already consumed (counted down here, in Python, under a lock: two readers can
+read the same record at once, one pass of it in each of two epochs), feeding
+the others to the enqueue op, until nothing is left to skip. The files must be
+those the checkpoint saw (same names, same sizes), or the restore is a
+:class:`DatasetError` naming the first one that differs.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from queuekit.features import Feature
 from queuekit.graph_keys import GraphKeys, graph_objects
 from queuekit.graph_walk import checkpoint_run, ops_above
 from queuekit.records.files import atomic_write, record_offsets
+from queuekit.resume.keys import KeySplitter
 
 log = logging.getLogger(__name__)
 
@@ -62,14 +66,17 @@ FORMAT = 1
 class Tally:
     """What the steps consumed of one pipeline: per file, a count per record."""
 
-    def __init__(self, position):
+    def __init__(self, position, split: KeySplitter):
         self.position = position
+        self._split = split
         self.files = list(position.files)
         self._file_index = {os.fsencode(f): i for i, f in enumerate(self.files)}
         self.sizes = [os.path.getsize(f) for f in self.files]
         self._places = [_record_places(f, position) for f in self.files]
         self.counts = [np.zeros(len(p), np.int64) for p in self._places]
         self.skips = 0  # records a restore left to skip
+        self._skip: dict[bytes, int] = {}  # reader key -> its reads still to drop
+        self.pending = 0  # reads still to drop (their sum)
         self._lock = threading.Lock()
 
     @functools.cached_property
@@ -81,7 +88,9 @@ class Tally:
     def drain(self, sess) -> None:
         """Count what the runs consumed since the last drain (the graph's queue, emptied)."""
         with self._lock:  # one drainer at a time: its run takes what it counted, never waits
-            self._count(*sess.run(self.position.drain))
+            joined = sess.run(self.position.drain)
+            if len(joined):
+                self._count(*self._split(joined))
 
     def _count(self, names: np.ndarray, which: np.ndarray, places: np.ndarray) -> None:
         """Count drained keys, split by the graph: ``names[which[k]]`` is key k's file."""
@@ -95,6 +104,22 @@ class Tally:
                 continue
             index = np.searchsorted(self._places[i], places[mine])
             np.add.at(self.counts[i], np.minimum(index, len(self.counts[i]) - 1), 1)
+
+    def keep(self, keys) -> np.ndarray:
+        """Which of the records read (reader keys ``keys``) go on; each read of a record a
+        restore said was consumed is dropped, and counted down."""
+        keep = np.ones(len(keys), bool)
+        with self._lock:
+            for i, key in enumerate(keys):
+                left = self._skip.get(key, 0)
+                if left:
+                    keep[i] = False
+                    self.pending -= 1
+                    if left == 1:
+                        del self._skip[key]
+                    else:
+                        self._skip[key] = left - 1
+        return keep
 
     def state(self, sess) -> dict[str, Any]:
         self.drain(sess)
@@ -150,8 +175,9 @@ class Tally:
         sess.run(p.set_epoch, {p.epoch_value: epoch})
         if whole:
             sess.run(p.drop_files, {p.consumed_whole: whole})
-        if keys:
-            sess.run(p.fill_skip, {p.skip_keys: keys, p.skip_counts: skips})
+        with self._lock:
+            self._skip = dict(zip(keys, skips, strict=True))
+            self.pending = sum(skips)
         self.skips = len(keys)
         self.drain(sess)  # nothing was consumed yet: empty
         self.counts = counts
@@ -182,7 +208,9 @@ class InputPositions(Feature):
     def __init__(self, running):
         super().__init__(running)
         graph, sess = running.graph, running.sess
-        self.tallies = [Tally(p) for p in graph_objects(graph, GraphKeys.INPUT_POSITIONS)]
+        self._split = KeySplitter()
+        self.tallies = [Tally(p, self._split)
+                        for p in graph_objects(graph, GraphKeys.INPUT_POSITIONS)]
         self._sess = sess
         if self.tallies:  # the graph counts what runs consume from now on
             sess.run([t.position.tally for t in self.tallies])
@@ -212,26 +240,27 @@ class InputPositions(Feature):
 
     def enqueue_for(self, op, plain, make_callable):
         """What a runner thread runs for enqueue ``op``: ``plain``, or while a restore left
-        records to skip and ``op`` takes a resumable reader's records, the skipping read
-        fed into ``op`` in place of the plain read, until nothing is left to skip.
+        records to skip and ``op`` takes a resumable reader's records, the read alone, what
+        was not consumed of it fed into ``op`` in place of the read, until nothing is left
+        to skip.
 
         ``make_callable(fetches, feed_list=None)``: the session's, as the thread runs."""
         found = _reader_of(op, self.tallies) if self._skipping else None
-        if found is None:
+        if found is None or not found[0].pending:
             return plain
-        position, (keys, values), (skip_keys, skip_values) = found
+        tally, (keys, values), many = found
+        take = make_callable([keys, values])
         feed = make_callable(op, [keys, values])
-        take = make_callable([skip_keys, skip_values, position.pending_now])
-        skipping = True
 
         def enqueue():
-            nonlocal skipping
-            if not skipping:
-                return plain()
-            k, v, left = take()
-            feed(k, v)
-            skipping = left > 0
-            return None
+            while tally.pending:  # reads until one is kept (a read of many: one of them)
+                k, v = take()
+                keep = tally.keep(k if many else [k])
+                if many and keep.any():
+                    return feed(k[keep], v[keep])
+                if not many and keep[0]:
+                    return feed(k, v)
+            return plain()
 
         return enqueue
 
@@ -262,6 +291,7 @@ class InputPositions(Feature):
 
     def closing(self) -> None:
         self.tidy()
+        self._split.close()
 
     def tidy(self) -> None:
         """Remove the positions this session wrote whose checkpoint is gone (the ``Saver``'s
@@ -356,12 +386,12 @@ class InputPositions(Feature):
 
 
 def _reader_of(op, tallies):
-    """(position, plain read, skipping read) of the reader whose records ``op`` takes, or
-    None: a walk up ``op``'s inputs to a resumable reader's plain read."""
+    """(tally, (keys, values) of its read, many) of the reader whose records ``op`` takes,
+    or None: a walk up ``op``'s inputs to a resumable reader's read."""
     reads = {}
     for t in tallies:
-        for plain, skipping in t.position.reads:
-            reads[plain[0].ref()] = reads[plain[1].ref()] = (t.position, plain, skipping)
+        for read, many in t.position.reads:
+            reads[read[0].ref()] = reads[read[1].ref()] = (t, read, many)
     for above in ops_above(op):
         for tensor in above.inputs:
             if tensor.ref() in reads:

@@ -111,7 +111,8 @@ class RunnerSet:
                  ops: GraphQueueOps, *, chief: bool = True, enqueue_for=None):
         self._sess = session
         # enqueue_for(op, make_callable): the callable a thread runs for that enqueue op (a
-        # feature's own, e.g. a resumed input's skipping read); by default the op's own.
+        # feature's own, e.g. a resumed input's reads that skip what was consumed); by
+        # default the op's own.
         self._enqueue_for = enqueue_for or (lambda op, make_callable: make_callable(op))
         # Only a local session runs in the caller's thread (a remote one runs on its task).
         self._local = getattr(session, "sess_str", None) in ("", b"")  # TF keeps it as bytes
