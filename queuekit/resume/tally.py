@@ -77,6 +77,7 @@ class Tally:
         self.skips = 0  # records a restore left to skip
         self._skip: dict[bytes, int] = {}  # reader key -> its reads still to drop
         self.pending = 0  # reads still to drop (their sum)
+        self._skip_lock = threading.Lock()  # the runner threads count down together
         self._lock = threading.Lock()
 
     @functools.cached_property
@@ -109,7 +110,7 @@ class Tally:
         """Which of the records read (reader keys ``keys``) go on; each read of a record a
         restore said was consumed is dropped, and counted down."""
         keep = np.ones(len(keys), bool)
-        with self._lock:
+        with self._skip_lock:
             for i, key in enumerate(keys):
                 left = self._skip.get(key, 0)
                 if left:
@@ -175,7 +176,7 @@ class Tally:
         sess.run(p.set_epoch, {p.epoch_value: epoch})
         if whole:
             sess.run(p.drop_files, {p.consumed_whole: whole})
-        with self._lock:
+        with self._skip_lock:
             self._skip = dict(zip(keys, skips, strict=True))
             self.pending = sum(skips)
         self.skips = len(keys)
