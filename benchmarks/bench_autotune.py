@@ -3,7 +3,7 @@
     python benchmarks/bench_autotune.py [--seconds 2] [--repeat 3] [--rounds 3]
                                         [--consume graph|numpy] [--workloads a,b,c]
                                         [--read-many 0] [--images 4000] [--held-out 0]
-                                        [--shards 4] [--epochs N]
+                                        [--shards 4] [--epochs N] [--load N]
 
 Workloads: (a) 4,000 records of 256x256x3 raw, no step; (b) the demo's data (600
 images made at 96x96); (c) (a)'s records with a 30 ms simulated step per batch;
@@ -12,7 +12,8 @@ in files of 16; (o) the images at 128x128 (48 KB records) in one file; (j) 600
 JPEGs of 200-500 px in Inception's layout, decoded and resized to 224x224 in the
 readers (``bench_decode.py``'s data). (a), (c) and (s) are in ``--shards``
 files. ``--epochs N`` times each row's whole run of N passes, from its graph's
-build to its end of data (a short job: the tuner's search counts). Each runs the
+build to its end of data (a short job: the tuner's search counts). ``--load N``
+runs N other processes burning a core each beside every row (contention). Each runs the
 grid 1,2,4 readers x 1,2 threads (x ``--read-many``: ``0,64`` puts the fixed
 rows that read many records per step beside the one-record ones, ``0,64,batch``
 adds whole batches), the ``auto`` row and the equal-terms ``tf.data`` row (plus,
@@ -193,6 +194,8 @@ def main():
                     help="each row one whole run of this many passes (not windows)")
     ap.add_argument("--no-spinning", dest="spinning", action="store_false",
                     help="every session with its thread pools' spinning off")
+    ap.add_argument("--load", type=int, default=0,
+                    help="processes burning a core each beside every row (contention)")
     ap.add_argument("--compare", default=None,
                     help="reference rows (bench --compare); default tfdata, and ceilings on (a)")
     args = smoke.parse(ap, seconds=0.2, repeat=1, rounds=1, workloads="a", readers="1,auto",
@@ -219,7 +222,7 @@ def main():
                     step_ms=30.0 if name == "c" else 0.0,
                     image_size=(224, 224) if name == "j" else None,
                     compare=compare, consume=args.consume, spinning=args.spinning,
-                    epochs=args.epochs, progress=progress)
+                    epochs=args.epochs, load=args.load, progress=progress)
 
             reports = [_joined([run(**g, compare=compare if i == 0 else ())
                                 for i, g in enumerate(grid)]) for _ in range(args.rounds)]

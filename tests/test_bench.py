@@ -1,12 +1,13 @@
 """qk.benchmark on real files: the simulated step, Ctrl-C, and the plot."""
 
+import os
 import signal
 
 import pytest
 from PIL import Image
 
 import queuekit as qk
-from tests.helpers import write_image_records
+from tests.helpers import descendants, gone, patience, run_script, write_image_records
 
 
 @pytest.fixture
@@ -136,3 +137,51 @@ def test_epochs_time_each_row_s_whole_run_to_its_end_of_data(tmp_path):
     for row in report.rows:
         assert row.error is None, row.error
         assert row.records == 60 and len(row.runs) == 1 and row.records_per_s > 0
+
+
+def _burners():
+    """This process's descendants that are bench load burners (their loop polls getppid)."""
+    out = []
+    for pid in descendants(os.getpid()):
+        try:
+            if b"getppid" in open(f"/proc/{pid}/cmdline", "rb").read():
+                out.append(pid)
+        except OSError:
+            pass
+    return out
+
+
+@pytest.mark.slow
+def test_load_runs_a_burner_beside_every_row_and_leaves_none(tmp_path):
+    """bench(load=1): one process burning a core runs while each row does (a shared
+    machine); the report says so, and none is left when it returns."""
+    files = [write_image_records(tmp_path / "a.tfrecords", range(20), shape=(8, 8, 3))]
+    seen = []
+    report = qk.benchmark(files, readers=(1,), batch_size=8, epochs=1,
+                          compare=("tfdata-batched",), load=1,
+                          on_row=lambda row: seen.append(_burners()))
+    assert [r.error for r in report.rows] == [None, None]
+    assert [len(s) for s in seen] == [1, 1] and seen[0] == seen[1]  # one, for the whole run
+    assert "under load: 1 other process(es)" in report.table()
+    assert gone(seen[0]) and not _burners()
+    with pytest.raises(ValueError, match="load must be a count"):
+        qk.benchmark(files, load=-1)
+
+
+@pytest.mark.slow
+def test_a_bench_killed_under_load_leaves_no_burner(tmp_path):
+    """SIGKILL (no finally runs): the burner sees its parent gone and ends by itself."""
+    files = [write_image_records(tmp_path / "a.tfrecords", range(20), shape=(8, 8, 3))]
+    child = run_script(
+        "import os, signal, sys, queuekit as qk\n"
+        "from tests.test_bench import _burners\n"
+        "def row(r):\n"
+        "    print('burner', *_burners(), flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        f"qk.benchmark([{str(files[0])!r}], readers=(1,), batch_size=8, epochs=1, compare=(),"
+        " load=1, on_row=row)\n", cwd=os.path.dirname(os.path.dirname(__file__)))
+    out, err = child.communicate(timeout=patience(300))
+    assert child.returncode == -signal.SIGKILL, err
+    (line,) = [line for line in out.splitlines() if line.startswith("burner")]
+    pids = [int(p) for p in line.split()[1:]]
+    assert len(pids) == 1 and gone(pids), pids

@@ -52,6 +52,7 @@ class BenchReport:
     planned: int = 0  # configurations asked for; more than len(rows) when interrupted
     interrupted: bool = False
     spinning: bool = True  # the sessions' thread pools spun while idle (TensorFlow's default)
+    load: int = 0  # processes burning a core each beside every row
 
     @property
     def best(self) -> BenchRow | None:
@@ -107,6 +108,9 @@ class BenchReport:
         tail = [_LEGEND, self.summary()]
         if not self.spinning:
             tail.append("every session ran with its thread pools' spinning off")
+        if self.load:
+            tail.append(f"under load: {self.load} other process(es) burning a core each "
+                        f"beside every row ({self.machine.get('cores')} cores)")
         if self.interrupted:
             tail.append(f"interrupted: {len(self.rows)} of {self.planned} configurations ran")
         return "\n".join(out + tail)
@@ -114,7 +118,8 @@ class BenchReport:
     def to_json(self) -> str:
         return json.dumps({"machine": self.machine, "rows": [dataclasses.asdict(r) | {
             "label": r.label} for r in self.rows], "summary": self.summary(),
-            "interrupted": self.interrupted, "spinning": self.spinning}, indent=2)
+            "interrupted": self.interrupted, "spinning": self.spinning, "load": self.load},
+            indent=2)
 
     def plot(self, path) -> None:
         """A PNG: records/s against readers (one line per threads/read-many), queue fill below.

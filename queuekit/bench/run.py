@@ -9,6 +9,7 @@ configuration pays for copying images out to numpy.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -21,6 +22,11 @@ from queuekit.bench.report import FAILED, BenchReport, BenchRow
 from queuekit.cluster.launch import PARENT_ENV
 
 log = logging.getLogger(__name__)
+
+# One core's worth of other work: a busy loop that ends when its parent is gone (also
+# killed), polled every few milliseconds.
+_BURN = ("import os\nparent = int(os.environ['" + PARENT_ENV + "'])\n"
+         "while os.getppid() == parent:\n    for _ in range(200000):\n        pass\n")
 
 
 # --compare names -> the reference rows they add.
@@ -52,7 +58,7 @@ def benchmark(files, *, readers=(1, 2, 4), threads=(1,), read_many=(None,), pref
               shuffle=False, seconds=5.0, warmup_batches=20, repeat=3, step_ms=0.0,
               compare=("tfdata-batched", "tfdata", "seed"), image_size=None,
               consume: str = "graph", spinning: bool = True, epochs: int | None = None,
-              progress=False, on_row=None) -> BenchReport:
+              load: int = 0, progress=False, on_row=None) -> BenchReport:
     """Measure every configuration of the grid, each in its own process.
 
     Args:
@@ -80,6 +86,9 @@ def benchmark(files, *, readers=(1, 2, 4), threads=(1,), read_many=(None,), pref
             from its graph's build to its end of data, as a short job sees it (a
             tuner's search counts; ``seconds``, ``repeat`` and ``warmup_batches``
             are then unused). None: the windows after the warm-up.
+        load: this many other processes, each burning one core, run beside every
+            row (a machine shared with other jobs, or a step that takes a core):
+            how each configuration holds up when the cores are not all its own.
         progress: a tqdm bar over the configurations on stderr.
         on_row: called with each :class:`BenchRow` as it finishes.
 
@@ -101,24 +110,47 @@ def benchmark(files, *, readers=(1, 2, 4), threads=(1,), read_many=(None,), pref
         kinds = REFERENCES[c]
         for kind in (kinds,) if isinstance(kinds, str) else kinds:
             configs.append((kind, one, one, None, 0))
-    report = BenchReport([], machine_info(), planned=len(configs), spinning=spinning)
+    if not isinstance(load, int) or load < 0:
+        raise ValueError(f"load must be a count of processes (0 or more), not {load!r}")
+    report = BenchReport([], machine_info(), planned=len(configs), spinning=spinning,
+                         load=load)
     try:
-        for kind, r, t, k, p in tqdm(configs, desc="bench", disable=not progress, file=sys.stderr):
-            spec = dict(kind=kind, readers=r, threads=t, read_many=k, prefetch=p, files=files,
-                        batch_size=batch_size, shuffle=shuffle, seconds=seconds,
-                        warmup_batches=warmup_batches, repeat=repeat, step_ms=step_ms,
-                        image_size=image_size, consume=consume, spinning=spinning,
-                        epochs=epochs)
-            row = _in_child(spec)
-            report.rows.append(row)
-            log.debug("bench row done: %s: %s", row.label, row.error or
-                      f"{row.records_per_s:,.0f} rec/s")
-            if on_row is not None:
-                on_row(row)
+        with _co_running(load):
+            for kind, r, t, k, p in tqdm(configs, desc="bench", disable=not progress,
+                                         file=sys.stderr):
+                spec = dict(kind=kind, readers=r, threads=t, read_many=k, prefetch=p,
+                            files=files, batch_size=batch_size, shuffle=shuffle,
+                            seconds=seconds, warmup_batches=warmup_batches, repeat=repeat,
+                            step_ms=step_ms, image_size=image_size, consume=consume,
+                            spinning=spinning, epochs=epochs)
+                row = _in_child(spec)
+                report.rows.append(row)
+                log.debug("bench row done: %s: %s", row.label, row.error or
+                          f"{row.records_per_s:,.0f} rec/s")
+                if on_row is not None:
+                    on_row(row)
     except KeyboardInterrupt:
         # subprocess.run has already killed the configuration's child process.
         report.interrupted = True
     return report
+
+
+@contextlib.contextmanager
+def _co_running(load: int):
+    """``load`` processes burning a core each while the rows run; killed and waited for
+    on the way out, and each ends by itself when this process is gone (killed too)."""
+    burners: list[subprocess.Popen] = []
+    try:
+        env = {**os.environ, PARENT_ENV: str(os.getpid())}
+        for _ in range(load):
+            burners.append(subprocess.Popen([sys.executable, "-c", _BURN], env=env,
+                                            stdin=subprocess.DEVNULL))
+        yield
+    finally:
+        for b in burners:
+            b.kill()
+        for b in burners:
+            b.wait()
 
 
 def _in_child(spec) -> BenchRow:

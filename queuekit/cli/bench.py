@@ -74,6 +74,9 @@ def add_bench_parser(sub) -> None:
                    help="run every session with its thread pools' spinning off (TensorFlow's "
                         "config.experimental.disable_thread_spinning): on few cores, the "
                         "readers of an input-bound loop get the CPU idle pool threads spun on")
+    p.add_argument("--load", type=int, default=0, metavar="N",
+                   help="run N other processes, each burning a core, beside every row: how "
+                        "each configuration holds up on a machine it shares (default 0)")
     p.add_argument("--json", metavar="PATH", help="write machine-readable results")
     p.add_argument("--plot", metavar="PATH",
                    help="write a PNG of records/s and queue fill against readers "
@@ -130,7 +133,7 @@ def _run_bench(args) -> int:
                               repeat=args.repeat, step_ms=args.step_ms, compare=compare,
                               image_size=args.image_size, consume=args.consume,
                               spinning=args.spinning, epochs=args.epochs,
-                              progress=show_progress(args))
+                              load=args.load, progress=show_progress(args))
     print(report.table())
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
