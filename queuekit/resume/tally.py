@@ -47,7 +47,6 @@ from queuekit.features import Feature
 from queuekit.graph_keys import GraphKeys, graph_objects
 from queuekit.graph_walk import checkpoint_run, ops_above
 from queuekit.records.files import atomic_write, record_offsets
-from queuekit.resume.keys import KeySplitter
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +58,12 @@ def _file():
 
     return file
 
+def _keys():
+    """The drained keys' splitter's module: loaded at the first drain that took any."""
+    from queuekit.resume import keys
+
+    return keys
+
 _DRAIN_RUNS = 1000  # runs between two drains of the graph's queue (its memory)
 FORMAT = 1
 
@@ -66,7 +71,7 @@ FORMAT = 1
 class Tally:
     """What the steps consumed of one pipeline: per file, a count per record."""
 
-    def __init__(self, position, split: KeySplitter):
+    def __init__(self, position, split):
         self.position = position
         self._split = split
         self.files = list(position.files)
@@ -94,7 +99,8 @@ class Tally:
                 self._count(*self._split(joined))
 
     def _count(self, names: np.ndarray, which: np.ndarray, places: np.ndarray) -> None:
-        """Count drained keys, split by the graph: ``names[which[k]]`` is key k's file."""
+        """Count drained keys, split (:mod:`queuekit.resume.keys`): ``names[which[k]]`` is
+        key k's file."""
         if not len(places):
             return
         order = np.argsort(which, kind="stable")
@@ -209,7 +215,8 @@ class InputPositions(Feature):
     def __init__(self, running):
         super().__init__(running)
         graph, sess = running.graph, running.sess
-        self._split = KeySplitter()
+        self._splitter: Any = None  # a KeySplitter, made at the first drain that took keys
+        self._splitter_lock = threading.Lock()  # two pipelines' drains may come at once
         self.tallies = [Tally(p, self._split)
                         for p in graph_objects(graph, GraphKeys.INPUT_POSITIONS)]
         self._sess = sess
@@ -290,9 +297,16 @@ class InputPositions(Feature):
         self._written[prefix] = _file().identity(prefix + _file().SUFFIX, data)
         self._saved = True
 
+    def _split(self, joined):
+        with self._splitter_lock:
+            if self._splitter is None:
+                self._splitter = _keys().KeySplitter()
+        return self._splitter(joined)
+
     def closing(self) -> None:
         self.tidy()
-        self._split.close()
+        if self._splitter is not None:
+            self._splitter.close()
 
     def tidy(self) -> None:
         """Remove the positions this session wrote whose checkpoint is gone (the ``Saver``'s
