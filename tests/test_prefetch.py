@@ -21,6 +21,7 @@ from tests.helpers import (
     filename_ids,
     v1,
     write_id_binaries,
+    write_id_records,
 )
 from tests.imagefactory import make_mixed_folder
 
@@ -134,6 +135,31 @@ def test_auto_readers_make_two_batches_ready_unless_told(id_files, readers, pref
                for r in runners) == len(named)
     assert set(queues_read([t.op for t in b.values()])) <= {
         r.queue.queue_ref.op.name for r in runners}
+
+
+def test_auto_makes_no_batch_ready_where_nothing_is_normalised(tmp_path, id_files):
+    """A parse_fn's batch (or one not normalised) has no work after the batch queue: a
+    ready stage would only copy it again, so "auto" builds none by default, and records
+    are still delivered once each; qk.prefetched still adds one."""
+    files = [write_id_records(tmp_path / "ids.tfrecords", 30)]
+
+    def parse(serialized):
+        return tf.io.parse_single_example(serialized, {"id": tf.io.FixedLenFeature([], tf.int64)})
+
+    with tf.Graph().as_default() as graph:
+        b = qk.tfrecord_batches(files, batch_size=8, num_epochs=1, num_readers="auto",
+                                parse_fn=parse)
+    assert _ready_capacities(graph) == []
+    with qk.QueueSession(graph) as qs:
+        assert sorted(i for batch in qs.iterate(b["id"]) for i in batch) == list(range(30))
+    with tf.Graph().as_default() as graph:
+        qk.tfrecord_batches(id_files, batch_size=10, num_epochs=1, num_readers="auto",
+                            normalize=False)
+    assert _ready_capacities(graph) == []
+    with tf.Graph().as_default() as graph:
+        qk.prefetched(qk.tfrecord_batches(files, batch_size=8, num_epochs=1,
+                                          num_readers="auto", parse_fn=parse), 2)
+    assert _ready_capacities(graph) == [2]
 
 
 def test_image_folder_batches_auto_threads_make_two_batches_ready(tmp_path):

@@ -22,7 +22,7 @@ import tensorflow as tf
 from queuekit.errors import UnknownBatchSize
 from queuekit.features import install
 from queuekit.graph_keys import GraphKeys
-from queuekit.pipelines.delivery import deliver, queued_whole
+from queuekit.pipelines.delivery import deliver, normalizes, queued_whole
 from queuekit.pipelines.graph_care import summaries_kept_out
 from queuekit.pipelines.placement import input_device, pinned
 from queuekit.pipelines.varlen import (
@@ -96,17 +96,22 @@ def default_readers(num_readers, parse_fn, work_queue=None, num_epochs=None):
 AUTO_PREFETCH = 2  # batches made ready ahead of the step by a tuned pipeline
 
 
-def ready_count(prefetch: int | None, num_readers) -> int:
+def ready_count(prefetch: int | None, num_readers, *, normalizes: bool = True) -> int:
     """``prefetch`` as given; by default :data:`AUTO_PREFETCH` with ``"auto"`` readers
-    (or threads), as ``tf.data``'s AUTOTUNE pipelines end in a prefetch, else none.
+    (or threads) where the batch is normalised after the batch queue, as ``tf.data``'s
+    AUTOTUNE pipelines end in a prefetch, else none.
 
     On this machine a ready stage of 2 raised the rate by 5-17% where a 30 ms step
     is the slow side, and on 12 KB records by -1% to 13%; with no step on 196 KB
     records it measured from -6% to +4% (``docs/benchmarks-history.rst``). Its cost is one
-    more runner thread and two normalised batches in memory.
+    more runner thread and two normalised batches in memory. A batch with nothing to
+    normalise (a ``parse_fn``'s) gets no ready stage by default: it would only copy the
+    batch once more: on ``SequenceExample`` records with dynamic padding the whole
+    run (build to end of data) took 1.13x as long with it, and after the first 20
+    batches it was no faster (0.985x; 6 alternating in-process runs).
     """
     if prefetch is None:
-        return AUTO_PREFETCH if num_readers == "auto" else 0
+        return AUTO_PREFETCH if num_readers == "auto" and normalizes else 0
     return int(prefetch)
 
 
@@ -376,7 +381,8 @@ def file_batches(files, read, opts: Batching, *, read_many: int | str, name: str
             if tuned:
                 mark_tuned()
         return deliver(batch, normalize=opts.normalize,
-                       prefetch=ready_count(opts.prefetch, opts.num_readers),
+                       prefetch=ready_count(opts.prefetch, opts.num_readers,
+                                            normalizes=normalizes(batch, opts.normalize)),
                        position=position, work=work)
 
 

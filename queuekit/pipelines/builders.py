@@ -135,8 +135,9 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
             record read).
         name: name scope.
 
-    Batches are made ready ahead of the step (2 of them) with ``num_readers="auto"``;
-    :func:`~queuekit.prefetched` sets how many.
+    Batches are made ready ahead of the step (2 of them) with ``num_readers="auto"``
+    where the batch is normalised (not a ``parse_fn``'s); :func:`~queuekit.prefetched`
+    sets how many.
 
     The keywords of earlier versions still work, with a ``DeprecationWarning``:
     ``schema``, ``image_shape``, ``image_size``, ``dct_method``, ``random_crop``

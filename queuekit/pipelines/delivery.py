@@ -167,10 +167,15 @@ def _dense_parts(tensors: dict) -> dict:
     return out
 
 
-def finish(batch, normalize):
+def normalizes(batch, normalize) -> bool:
+    """Whether :func:`finish` normalises ``batch``'s images (its work after the batch queue)."""
     image = batch.get("image")
-    if normalize and isinstance(image, tf.Tensor) and image.dtype == tf.uint8:
-        batch["image"] = normalized(image)
+    return bool(normalize) and isinstance(image, tf.Tensor) and image.dtype == tf.uint8
+
+
+def finish(batch, normalize):
+    if normalizes(batch, normalize):
+        batch["image"] = normalized(batch["image"])
     return batch
 
 
