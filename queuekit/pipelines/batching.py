@@ -294,7 +294,8 @@ def file_batches(files, read, opts: Batching, *, read_many: int | str, name: str
     """Batches from ``files``.
 
     ``read(filename_queue)`` makes one reader and returns ``(next_read, parse)``:
-    ``next_read()`` builds a read on it, ``(keys, raw)``, and ``parse(keys, raw)``
+    ``next_read()`` builds a read on it, ``(keys, raw)`` (``next_read(up_to=n)``, a
+    ``read_up_to`` of ``n`` on it: a resumed runner's skipping read), and ``parse(keys, raw)``
     the dict of tensors of those records. A pipeline that is not a work queue's
     skips what a restored checkpoint consumed between the two
     (:mod:`~queuekit.resume.graph`) and carries each record's key.
@@ -339,7 +340,7 @@ def file_batches(files, read, opts: Batching, *, read_many: int | str, name: str
             with summaries_kept_out(scope):
                 for _ in range(n_readers):
                     next_read, parse = read(filename_queue)
-                    keys, raw = reads(position, next_read, many=many)
+                    keys, raw = reads(position, next_read, many=many, up_to=True)
                     readers.append(dict(parse(keys, raw), **{POSITION_KEY: keys}))
         element_bytes, variable = element_shapes(readers[0], many=many)
         if whole and variable:

@@ -120,7 +120,9 @@ def fixed_length_batches(files, layout="cifar10", *, record_bytes: int | None = 
 
         count = read_count(read_many, batch_size)
 
-        def next_read():
+        def next_read(up_to=None):  # up_to: a resumed runner's skipping read
+            if up_to is not None:
+                return reader.read_up_to(filename_queue, up_to)
             return (reader.read_up_to(filename_queue, count) if count
                     else reader.read(filename_queue))
 

@@ -206,7 +206,12 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
             return tensors
 
         count = read_count(read_many, batch_size)
-        return lambda: _records(reader, filename_queue, count, record_shard), parsed
+        def next_read(up_to=None):
+            if up_to is not None:  # a resumed runner's skipping read (resume.graph.reads)
+                return reader.read_up_to(filename_queue, up_to)
+            return _records(reader, filename_queue, count, record_shard)
+
+        return next_read, parsed
 
     batch = file_batches(files, read, opts, read_many=read_many,
                          name=name or "tfrecord_batches", device=device)

@@ -248,29 +248,18 @@ class InputPositions(Feature):
 
     def enqueue_for(self, op, plain, make_callable):
         """What a runner thread runs for enqueue ``op``: ``plain``, or while a restore left
-        records to skip and ``op`` takes a resumable reader's records, the read alone, what
-        was not consumed of it fed into ``op`` in place of the read, until nothing is left
-        to skip.
+        records to skip and ``op`` takes a resumable reader's records, reads of that
+        reader alone (of many records: :func:`~queuekit.resume.graph.reads`), what was not
+        consumed of them fed into ``op`` in place of its read, until nothing is left to
+        skip or kept back.
 
         ``make_callable(fetches, feed_list=None)``: the session's, as the thread runs."""
         found = _reader_of(op, self.tallies) if self._skipping else None
         if found is None or not found[0].pending:
             return plain
-        tally, (keys, values), many = found
-        take = make_callable([keys, values])
-        feed = make_callable(op, [keys, values])
+        from queuekit.resume.skip import skipping  # only a resumed session skips
 
-        def enqueue():
-            while tally.pending:  # reads until one is kept (a read of many: one of them)
-                k, v = take()
-                keep = tally.keep(k if many else [k])
-                if many and keep.any():
-                    return feed(k[keep], v[keep])
-                if not many and keep[0]:
-                    return feed(k, v)
-            return plain()
-
-        return enqueue
+        return skipping(op, plain, make_callable, *found)
 
     def after_step(self, run_metadata, state) -> None:
         """After each run: now and then, count what the runs consumed (bounds the tables)."""
@@ -401,12 +390,12 @@ class InputPositions(Feature):
 
 
 def _reader_of(op, tallies):
-    """(tally, (keys, values) of its read, many) of the reader whose records ``op`` takes,
-    or None: a walk up ``op``'s inputs to a resumable reader's read."""
+    """(tally, (keys, values) of its read, many, its read of many or None) of the reader
+    whose records ``op`` takes, or None: a walk up ``op``'s inputs to a resumable read."""
     reads = {}
     for t in tallies:
-        for read, many in t.position.reads:
-            reads[read[0].ref()] = reads[read[1].ref()] = (t, read, many)
+        for read, many, bulk in t.position.reads:
+            reads[read[0].ref()] = reads[read[1].ref()] = (t, read, many, bulk)
     for above in ops_above(op):
         for tensor in above.inputs:
             if tensor.ref() in reads:
