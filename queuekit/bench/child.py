@@ -221,8 +221,11 @@ def _records_per_read(graph) -> int | str | None:
 
     if graph.get_collection(GraphKeys.WHOLE_BATCHES):
         return "batch"
-    reads = [op for op in graph.get_operations() if op.type == "ReaderReadUpToV2"]
-    return int(tf.get_static_value(reads[0].inputs[2])) if reads else None
+    # Not a resumed runner's skipping read beside a read of one record: its count is fed.
+    counts = [tf.get_static_value(op.inputs[2]) for op in graph.get_operations()
+              if op.type == "ReaderReadUpToV2"]
+    counts = [c for c in counts if c is not None]
+    return int(counts[0]) if counts else None
 
 
 def _ready_batches(graph) -> int:

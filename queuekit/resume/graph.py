@@ -7,16 +7,17 @@ pipeline (not a work queue's: its chief keeps books of its own) is built with
   and with ``shuffle`` each epoch's file order drawn by a stateless shuffle
   of ``(seed, epoch)``, so epoch k has the same order in every run and after
   a restart;
-- beside each reader's read, nothing: a resumed session's runner threads
-  (:mod:`queuekit.resume.tally`) run the plain read alone, drop in Python the
-  records a restored checkpoint says were consumed already, and feed the
-  others to the enqueue op in place of the read, until nothing is left to
-  skip. The graph holds no control flow for it (a ``tf.cond`` or ``Switch``
-  in a runner's step cost about 3% of workload (a): TensorFlow's executor
-  takes a slower path for any graph with control flow), and no skip table: the
-  in-graph skipping read (a ``while_loop`` in a ``CriticalSection``) was 30 of
-  a one-reader pipeline's 164 ops and most of its build time, paid by every
-  graph for what only a resumed one runs;
+- beside a reader's read of one record, a read of many on the same reader
+  (:func:`reads`; 3 ops): a resumed session's runner threads
+  (:mod:`queuekit.resume.skip`) run it (or a read of many alone), drop in
+  Python the records a restored checkpoint says were consumed already, and
+  feed the others to the enqueue op in place of the read, until nothing is
+  left to skip. The graph holds no control flow for it (a ``tf.cond`` or
+  ``Switch`` in a runner's step cost about 3% of workload (a): TensorFlow's
+  executor takes a slower path for any graph with control flow), and no skip
+  table: the in-graph skipping read (a ``while_loop`` in a
+  ``CriticalSection``) was 30 of a one-reader pipeline's 164 ops and most of
+  its build time, paid by every graph for what only a resumed one runs;
 - each record's reader key (``<file>:<byte offset>``, ``<file>:<record
   index>`` for fixed-length records, ``<file>:0`` for an image file) as a
   hidden batch component, taken out again by :func:`take_consumed`: every

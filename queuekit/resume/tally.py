@@ -7,7 +7,7 @@ batch queue: the graph puts each batch's reader keys in a queue in the run
 that takes the batch (also a hook's run, or a run on the raw session), and
 the tally drains that queue every :data:`_DRAIN_RUNS` runs and before each
 checkpoint (the keys never pass through Python with a step), and splits the
-keys in a graph and session of its own (:class:`KeySplitter`). Records read but
+keys in a graph and session of its own (:mod:`queuekit.resume.keys`). Records read but
 still in the queues (a shuffle buffer) are not consumed.
 
 A checkpoint written through the session (``saver.save(qs, path)``, TF's
@@ -58,11 +58,13 @@ def _file():
 
     return file
 
+
 def _keys():
     """The drained keys' splitter's module: loaded at the first drain that took any."""
     from queuekit.resume import keys
 
     return keys
+
 
 _DRAIN_RUNS = 1000  # runs between two drains of the graph's queue (its memory)
 FORMAT = 1
