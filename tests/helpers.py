@@ -157,8 +157,8 @@ def records_per_read(graph):
     read beside a read of one record, which only a resumed runner runs."""
     import tensorflow as tf
 
-    counts = {tf.get_static_value(op.inputs[2]) for op in graph.get_operations()
-              if op.type == "ReaderReadUpToV2"}
+    counts = [tf.get_static_value(op.inputs[2]) for op in graph.get_operations()
+              if op.type == "ReaderReadUpToV2"]
     return {int(c) for c in counts if c is not None}
 
 
