@@ -3,8 +3,6 @@ the pipeline's graph, :func:`queuekit.resume.graph.take_consumed`), split for th
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import tensorflow as tf
 
@@ -23,26 +21,18 @@ class KeySplitter:
     name may hold one), byte-wise (a name may not be UTF-8)."""
 
     def __init__(self):
-        self._lock = threading.Lock()
-        self._sess = None
+        graph = tf.Graph()
+        with graph.as_default():
+            self._joined = tf.compat.v1.placeholder(tf.string, [None])
+            self._split = _split_keys(self._joined)
+        graph.finalize()
+        self._sess = tf.compat.v1.Session(graph=graph)
 
     def __call__(self, joined) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        with self._lock:
-            if self._sess is None:
-                graph = tf.Graph()
-                with graph.as_default():
-                    self._joined = tf.compat.v1.placeholder(tf.string, [None])
-                    self._split = _split_keys(self._joined)
-                graph.finalize()
-                self._sess = tf.compat.v1.Session(graph=graph)
-            sess = self._sess
-        return sess.run(self._split, {self._joined: joined})
+        return self._sess.run(self._split, {self._joined: joined})
 
     def close(self) -> None:
-        with self._lock:
-            if self._sess is not None:
-                self._sess.close()
-                self._sess = None
+        self._sess.close()
 
 
 def _split_keys(keys):

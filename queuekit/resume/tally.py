@@ -292,12 +292,15 @@ class InputPositions(Feature):
         with self._splitter_lock:
             if self._splitter is None:
                 self._splitter = _keys().KeySplitter()
-        return self._splitter(joined)
+            splitter = self._splitter
+        return splitter(joined)
 
     def closing(self) -> None:
         self.tidy()
-        if self._splitter is not None:
-            self._splitter.close()
+        with self._splitter_lock:
+            if self._splitter is not None:
+                self._splitter.close()
+                self._splitter = None
 
     def tidy(self) -> None:
         """Remove the positions this session wrote whose checkpoint is gone (the ``Saver``'s
