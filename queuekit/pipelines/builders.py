@@ -206,6 +206,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
             return tensors
 
         count = read_count(read_many, batch_size)
+
         def next_read(up_to=None):
             if up_to is not None:  # a resumed runner's skipping read (resume.graph.reads)
                 return reader.read_up_to(filename_queue, up_to)
