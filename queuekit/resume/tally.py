@@ -81,7 +81,6 @@ class Tally:
         self.sizes = [os.path.getsize(f) for f in self.files]
         self._places = [_record_places(f, position) for f in self.files]
         self.counts = [np.zeros(len(p), np.int64) for p in self._places]
-        self.skips = 0  # records a restore left to skip
         self._skip: dict[bytes, int] = {}  # reader key -> its reads still to drop
         self.pending = 0  # reads still to drop (their sum)
         self._skip_lock = threading.Lock()  # the runner threads count down together
@@ -187,7 +186,6 @@ class Tally:
         with self._skip_lock:
             self._skip = dict(zip(keys, skips, strict=True))
             self.pending = sum(skips)
-        self.skips = len(keys)
         self.drain(sess)  # nothing was consumed yet: empty
         self.counts = counts
         log.info("pipeline %s resumes in epoch %d: %d file(s) of it consumed whole before the "
@@ -236,7 +234,6 @@ class InputPositions(Feature):
         self._written: dict[str, tuple[int, int, int, int, str]] = {}
         self._saved = False  # a save since the last tidy
         self._runs = 0
-        self._skipping = False  # a restore left reads to skip: runners start skipping
 
     def created(self, restored: str | None) -> None:
         resume = self.running.options.get("resume_input")
@@ -256,7 +253,8 @@ class InputPositions(Feature):
         skip or kept back.
 
         ``make_callable(fetches, feed_list=None)``: the session's, as the thread runs."""
-        found = _reader_of(op, self.tallies) if self._skipping else None
+        left = any(t.pending for t in self.tallies)  # a restore left reads to skip
+        found = _reader_of(op, self.tallies) if left else None
         if found is None or not found[0].pending:
             return plain
         from queuekit.resume.skip import skipping  # only a resumed session skips
@@ -362,7 +360,6 @@ class InputPositions(Feature):
                 found = self._saved_for(tally, saved, path)
                 if found is not None:
                     tally.resume(found, sess)
-                    self._skipping = self._skipping or tally.skips > 0
             for work in self.works:
                 if work.name in books:
                     self.work_resume[work.name] = _work_resume(work, books[work.name])
