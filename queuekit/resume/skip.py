@@ -19,33 +19,43 @@ def skipping(op, plain, make_callable, tally, read, many: bool, bulk):
     ``make_callable(fetches, feed_list=None)``: the session's, as the thread runs."""
     keys, values = read
     feed = make_callable(op, [keys, values])
-    if many or bulk is None:
+    if many:  # the kept records of a read, fed together
         take = make_callable([keys, values])
 
         def enqueue():
-            while tally.pending:  # reads until one is kept (a read of many: one of them)
+            while tally.pending:  # reads until one of a read is kept
                 k, v = take()
-                keep = tally.keep(k if many else [k])
-                if many and keep.any():
+                keep = tally.keep(k)
+                if keep.any():
                     return feed(k[keep], v[keep])
-                if not many and keep[0]:
-                    return feed(k, v)
             return plain()
 
         return enqueue
-    take_many = make_callable(list(bulk[:2]), [bulk[2]])
-    kept: collections.deque = collections.deque()  # read, not consumed: fed one a run
-    count = 64
+    if bulk is None:  # one record a run (an image folder's reads)
+        one = make_callable([keys, values])
 
-    def enqueue_one():
-        nonlocal count
-        while not kept and tally.pending:
-            k, v = take_many(count)
+        def take():
+            k, v = one()
+            return [k], [v]
+    else:
+        many_of = make_callable(list(bulk[:2]), [bulk[2]])
+        count = 64
+
+        def take():
+            nonlocal count
+            k, v = many_of(count)
             if len(v):
                 count = int(min(1024, max(1, SKIP_READ_BYTES * len(v) // max(
                     1, sum(map(len, v))))))
+            return k, v
+
+    kept: collections.deque = collections.deque()  # read, not consumed: fed one a run
+
+    def enqueue_one():
+        while not kept and tally.pending:
+            k, v = take()
             keep = tally.keep(k)
-            kept.extend(zip(k[keep], v[keep], strict=True))
+            kept.extend(rec for rec, ok in zip(zip(k, v, strict=True), keep, strict=True) if ok)
         if kept:
             return feed(*kept.popleft())
         return plain()
