@@ -19,9 +19,15 @@ from PIL import Image
 
 from queuekit.errors import BadRecordError, DatasetError
 from queuekit.pipelines.decode import DecodeOptions, check_raw, check_raw_many, decode_encoded
-from queuekit.records.example import first_value, record_shape
-from queuekit.records.proto import feature_lists, parse_example
-from queuekit.records.schema import QUEUEKIT, RecordSchema, detect, how_to_declare, resolve
+from queuekit.records.proto import feature_lists, first_value, parse_example
+from queuekit.records.schema import (
+    QUEUEKIT,
+    RecordSchema,
+    detect,
+    how_to_declare,
+    record_shape,
+    resolve,
+)
 from queuekit.records.schema import normalise_format as _format
 from queuekit.records.tfrecord import Record, scan_records, what_it_is
 

@@ -5,7 +5,6 @@ See :mod:`queuekit.records.example` for the features and for decoding.
 
 from __future__ import annotations
 
-SEED_SHAPE = (256, 256, 3)
 FORMATS = ("raw", "jpeg", "png")
 # Layouts make writes: queuekit's, and Inception's build_image_data.py (Slim, Inception).
 WRITE_SCHEMAS = ("queuekit", "inception")

@@ -20,9 +20,16 @@ import numpy as np
 from PIL import Image
 
 from queuekit.errors import BadRecordError
-from queuekit.records.encode import FORMATS, SEED_SHAPE, encode_example, make_example
-from queuekit.records.proto import parse_example
-from queuekit.records.schema import RecordSchema, detect, how_to_declare, normalise_format, resolve
+from queuekit.records.encode import FORMATS, encode_example, make_example
+from queuekit.records.proto import feature_value, first_value, parse_example
+from queuekit.records.schema import (
+    SEED_SHAPE,
+    detect,
+    how_to_declare,
+    normalise_format,
+    record_shape,
+    resolve,
+)
 
 __all__ = ["FORMATS", "SEED_SHAPE", "Decoded", "decode_example", "encode_example",
            "feature_value", "first_value", "make_example", "record_shape"]
@@ -37,26 +44,6 @@ class Decoded:
     label_text: str | None
     filename: str | None
     fmt: str
-
-
-def feature_value(feature):
-    """(type name, list of values) of a feature: what :func:`parse_example` gives, or a
-    ``tf.train.Feature``."""
-    if isinstance(feature, tuple):
-        return feature
-    kind = feature.WhichOneof("kind")
-    if kind is None:
-        return "empty", []
-    return {"int64_list": "int64", "bytes_list": "bytes", "float_list": "float"}[kind], list(
-        getattr(feature, kind).value)
-
-
-def first_value(feats, name: str, default=None):
-    """The first value of feature ``name`` in a features map, or ``default``."""
-    if name not in feats:
-        return default
-    values = feature_value(feats[name])[1]
-    return values[0] if values else default
 
 
 def decode_example(data: bytes, *, where: str, schema=None) -> Decoded:
@@ -110,14 +97,3 @@ def decode_example(data: bytes, *, where: str, schema=None) -> Decoded:
                    None if text is None else text.decode("utf-8", "surrogateescape"),
                    None if name is None else name.decode("utf-8", "surrogateescape"),
                    "jpeg" if fmt == "any" else fmt)
-
-
-def record_shape(feats, schema: RecordSchema, default=None) -> tuple[int, int, int]:
-    """(height, width, channels) the record says, else ``default``, the schema's, the seed's."""
-    fallback = tuple(default or schema.shape or SEED_SHAPE)
-    keys = schema.shape_keys
-    if keys is None or keys[0] not in feats:
-        return fallback
-    channels = first_value(feats, keys[2], fallback[2]) if keys[2] else fallback[2]
-    return (int(first_value(feats, keys[0], 0)), int(first_value(feats, keys[1], 0)),
-            int(channels))

@@ -7,10 +7,9 @@ import dataclasses
 import json
 import os
 
-from queuekit.records.example import feature_value, first_value, record_shape
 from queuekit.records.files import expand_files
-from queuekit.records.proto import feature_lists, parse_example
-from queuekit.records.schema import detect, normalise_format
+from queuekit.records.proto import feature_lists, feature_value, first_value, parse_example
+from queuekit.records.schema import detect, normalise_format, record_shape
 from queuekit.records.tfrecord import Corruption, compression_of, scan_records
 
 _NOT_EXAMPLE = "not a tf.train.Example"

@@ -32,6 +32,26 @@ def parse_example(data: bytes) -> dict[str, tuple[str, list]]:
     return features
 
 
+def feature_value(feature):
+    """(type name, list of values) of a feature: what :func:`parse_example` gives, or a
+    ``tf.train.Feature``."""
+    if isinstance(feature, tuple):
+        return feature
+    kind = feature.WhichOneof("kind")
+    if kind is None:
+        return "empty", []
+    return {"int64_list": "int64", "bytes_list": "bytes", "float_list": "float"}[kind], list(
+        getattr(feature, kind).value)
+
+
+def first_value(feats, name: str, default=None):
+    """The first value of feature ``name`` in a features map, or ``default``."""
+    if name not in feats:
+        return default
+    values = feature_value(feats[name])[1]
+    return values[0] if values else default
+
+
 def feature_lists(data: bytes) -> dict[str, list[tuple[str, list]]]:
     """A ``SequenceExample``'s feature lists: name -> each step's (kind, values); empty
     for an ``Example`` (which has no field 2).

@@ -10,6 +10,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 
+from queuekit.records.proto import first_value
+
+# The seed's images: its files have no shape features.
+SEED_SHAPE = (256, 256, 3)
 ENCODINGS = ("raw", "jpeg", "png", "any")
 EXTRA_KINDS = ("string", "int64", "float", "var_float", "var_int64")
 
@@ -147,3 +151,14 @@ def normalise_format(value: bytes | str | None, default: str) -> str:
     text = text.strip().lower()
     return {"jpg": "jpeg", "jpeg": "jpeg", "png": "png", "raw": "raw", "": default}.get(
         text, "any")
+
+
+def record_shape(feats, schema: RecordSchema, default=None) -> tuple[int, int, int]:
+    """(height, width, channels) the record says, else ``default``, the schema's, the seed's."""
+    fallback = tuple(default or schema.shape or SEED_SHAPE)
+    keys = schema.shape_keys
+    if keys is None or keys[0] not in feats:
+        return fallback
+    channels = first_value(feats, keys[2], fallback[2]) if keys[2] else fallback[2]
+    return (int(first_value(feats, keys[0], 0)), int(first_value(feats, keys[1], 0)),
+            int(channels))

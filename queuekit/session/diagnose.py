@@ -14,8 +14,7 @@ import time
 import tensorflow as tf
 
 from queuekit.errors import BadRecordError
-from queuekit.records.example import first_value
-from queuekit.records.proto import parse_example
+from queuekit.records.proto import first_value, parse_example
 from queuekit.records.schema import detect
 from queuekit.records.tfrecord import Corruption, Record, record_at, scan_records
 from queuekit.session.graph_files import MAX_FILES, reader_files, upstream_files
