@@ -48,11 +48,11 @@ if TYPE_CHECKING:  # type checkers see the real names; at run time _WHERE loads 
     from queuekit.graph_keys import GraphKeys
     from queuekit.pipelines.binary import FixedLengthLayout, fixed_length_batches
     from queuekit.pipelines.builders import tfrecord_batches
-    from queuekit.pipelines.delivery import prefetched
     from queuekit.pipelines.image_folders import image_folder_batches
     from queuekit.pipelines.layout import RecordLayout, record_layout
     from queuekit.pipelines.options import Decode
     from queuekit.pipelines.padding import pad_last_batch
+    from queuekit.pipelines.prefetch import prefetched
     from queuekit.records.beam.launch import write_tfrecords_beam
     from queuekit.records.export import ExportReport, export_images
     from queuekit.records.folder import ImageFolder, scan_image_folder
@@ -96,7 +96,7 @@ _WHERE = {
     "image_folder_batches": "queuekit.pipelines.image_folders",
     "fixed_length_batches": "queuekit.pipelines.binary",
     "pad_last_batch": "queuekit.pipelines.padding",
-    "prefetched": "queuekit.pipelines.delivery",
+    "prefetched": "queuekit.pipelines.prefetch",
     "Decode": "queuekit.pipelines.options",
     "GraphKeys": "queuekit.graph_keys",
     "FixedLengthLayout": "queuekit.pipelines.binary",

@@ -43,8 +43,8 @@ def _graph(spec):
 
 def _queuekit(spec, layout):
     from queuekit.pipelines.builders import tfrecord_batches
-    from queuekit.pipelines.delivery import prefetched
     from queuekit.pipelines.options import Decode
+    from queuekit.pipelines.prefetch import prefetched
 
     batch = tfrecord_batches(spec["files"], batch_size=spec["batch_size"],
                              shuffle=spec["shuffle"], num_readers=spec["readers"],

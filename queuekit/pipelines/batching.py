@@ -25,12 +25,6 @@ from queuekit.graph_keys import GraphKeys
 from queuekit.pipelines.delivery import deliver, normalizes, queued_whole
 from queuekit.pipelines.graph_care import summaries_kept_out
 from queuekit.pipelines.placement import input_device, pinned
-from queuekit.pipelines.varlen import (
-    element_shapes,
-    never_empty,
-    shuffled_elements,
-    with_lengths,
-)
 from queuekit.resume.graph import POSITION_KEY, epoch_files, reads
 
 if TYPE_CHECKING:
@@ -42,6 +36,8 @@ _v1 = tf.compat.v1
 REMOTE_READ_MANY = 64
 # Default queue memory: elements of the batch queue, in bytes of uint8 images.
 QUEUE_BYTES = 64 * 2**20
+# A guess at an unknown dimension, for the default queue capacity in bytes.
+GUESSED_LENGTH = 64
 # With num_readers="auto", each read takes about this many bytes of records of at most
 # AUTO_READ_MAX_RECORD bytes (16 to 64 of them; docs/autotune.rst).
 AUTO_READ_BYTES = 2**20
@@ -274,6 +270,30 @@ def find_caller() -> int:
     return level
 
 
+def element_shapes(tensors, *, many: bool) -> tuple[int, list[str]]:
+    """(about the bytes of one element, the names of outputs of variable shape)."""
+    if not isinstance(tensors, dict) or not tensors:
+        raise TypeError(f"a reader must give a non-empty dict of tensors, not {tensors!r}")
+    size, variable = 0, []
+    for key, value in tensors.items():
+        if isinstance(value, tf.SparseTensor):
+            continue
+        if not isinstance(value, tf.Tensor):
+            raise TypeError(f"reader output {key!r} is not a tensor: {value!r}")
+        shape = value.shape[1:] if many else value.shape
+        if shape.rank is None:
+            raise ValueError(f"reader output {key!r} has an unknown rank: batching needs at "
+                             f"least the rank (tf.ensure_shape in parse_fn)")
+        if not shape.is_fully_defined():
+            variable.append(key)
+        known = [d if d is not None else GUESSED_LENGTH for d in shape.as_list()]
+        n = 1
+        for d in known:
+            n *= d
+        size += n * (value.dtype.size if value.dtype != tf.string else 64)
+    return size, variable
+
+
 def capacity_for(capacity, batch_size, element_bytes, read_many=None) -> int:
     """``capacity``, or about :data:`QUEUE_BYTES` of elements, at least two batches."""
     if capacity is not None:
@@ -346,10 +366,11 @@ def file_batches(files, read, opts: Batching, *, read_many: int | str, name: str
         if whole and variable:
             raise ValueError("read_many='batch' needs outputs of one shape; these vary: "
                              f"{sorted(variable)} (give read_many an int)")
-        if variable and not many:
-            readers = [with_lengths(r, variable) for r in readers]
-        elif variable:
-            readers = [never_empty(r, variable) for r in readers]
+        if variable:  # only such a pipeline loads what pads them
+            from queuekit.pipelines import varlen
+
+            mend = varlen.never_empty if many else varlen.with_lengths
+            readers = [mend(r, variable) for r in readers]
         capacity = capacity_for(opts.capacity, opts.batch_size, element_bytes,
                                 read_count(read_many or 0, opts.batch_size))
         min_after = None
@@ -365,7 +386,7 @@ def file_batches(files, read, opts: Batching, *, read_many: int | str, name: str
             if tuned:
                 mark_tuned()
         elif variable and opts.shuffle:  # shuffle whole elements, then pad them in batches
-            element = shuffled_elements(readers, variable, capacity=capacity,
+            element = varlen.shuffled_elements(readers, variable, capacity=capacity,
                                         min_after_dequeue=int(min_after or 0), seed=opts.seed,
                                         many=many)
             if tuned:

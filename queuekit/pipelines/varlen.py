@@ -17,34 +17,6 @@ from __future__ import annotations
 import tensorflow as tf
 
 _v1 = tf.compat.v1
-# A guess at an unknown dimension, for the default queue capacity in bytes.
-GUESSED_LENGTH = 64
-
-
-def element_shapes(tensors, *, many: bool) -> tuple[int, list[str]]:
-    """(about the bytes of one element, the names of outputs of variable shape)."""
-    if not isinstance(tensors, dict) or not tensors:
-        raise TypeError(f"a reader must give a non-empty dict of tensors, not {tensors!r}")
-    size, variable = 0, []
-    for key, value in tensors.items():
-        if isinstance(value, tf.SparseTensor):
-            continue
-        if not isinstance(value, tf.Tensor):
-            raise TypeError(f"reader output {key!r} is not a tensor: {value!r}")
-        shape = value.shape[1:] if many else value.shape
-        if shape.rank is None:
-            raise ValueError(f"reader output {key!r} has an unknown rank: batching needs at "
-                             f"least the rank (tf.ensure_shape in parse_fn)")
-        if not shape.is_fully_defined():
-            variable.append(key)
-        known = [d if d is not None else GUESSED_LENGTH for d in shape.as_list()]
-        n = 1
-        for d in known:
-            n *= d
-        size += n * (value.dtype.size if value.dtype != tf.string else 64)
-    return size, variable
-
-
 def with_lengths(tensors: dict, variable: list[str]) -> dict:
     """``tensors`` and ``<name>_length`` (its first dimension) of each variable output; a
     name the parse_fn already gives is kept as it is."""
