@@ -92,7 +92,7 @@ CORE = ["queuekit.session.queue_session", "queuekit.session.threads", "queuekit.
         "queuekit.session.reads", "queuekit.session.runners", "queuekit.session.start",
         "queuekit.session.stall", "queuekit.session.interrupt", "queuekit.session.queue_ops"]
 FEATURES = ["queuekit.session.checks", "queuekit.session.profile", "queuekit.session.report",
-            "queuekit.resume.tally",
+            "queuekit.resume.tally", "queuekit.resume.restore",
             "queuekit.resume.file", "queuekit.session.tuner",
             "queuekit.session.work_queues"]
 

@@ -111,7 +111,8 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith("queuekit"))))
 
 @pytest.mark.parametrize("readers", ["1", "auto"])
 def test_a_local_pipeline_s_session_loads_no_feature_it_does_not_use(tmp_path, readers):
-    """One reader: no tuner; nothing of the cluster (no work queue, books, tasks, shards)."""
+    """One reader: no tuner; nothing of the cluster (no work queue, books, tasks, shards);
+    nothing only a restore, a variable-length output or a prefetch needs."""
     path = write_image_records(tmp_path / "a.tfrecords", range(8))
     out = subprocess.run([sys.executable, "-c", _LOADED, str(path), readers],
                          capture_output=True, text=True, timeout=patience(120), check=True)
@@ -119,5 +120,11 @@ def test_a_local_pipeline_s_session_loads_no_feature_it_does_not_use(tmp_path, r
     assert {"queuekit.session.checks", "queuekit.session.profile",
             "queuekit.resume.tally"} <= loaded
     assert "queuekit.session.work_queues" not in loaded
+    # Nothing restored, nothing of variable length, no image decoded in Python: what only
+    # those need is not loaded (the local path of #45).
+    assert not loaded & {"queuekit.resume.restore", "queuekit.resume.file",
+                         "queuekit.resume.skip", "queuekit.pipelines.varlen",
+                         "queuekit.pipelines.prefetch", "queuekit.records.example",
+                         "queuekit.records.encode"}
     assert not [m for m in loaded if m.startswith("queuekit.cluster")]
     assert ("queuekit.session.tuner" in loaded) == (readers == "auto")

@@ -348,7 +348,7 @@ def test_a_file_consumed_whole_is_not_read_again_after_a_restore(tmp_path, files
     """A checkpoint after 35 records (file 0 whole, 5 of file 1): the resumed epoch's producer
     leaves file 0 out (it is not read and skipped record by record, which a restart late in
     a long epoch would pay for all it consumed); only file 1's five records are skipped."""
-    caplog.set_level("INFO", logger="queuekit.resume.tally")
+    caplog.set_level("INFO", logger="queuekit.resume")
     prefix = str(tmp_path / "ck" / "model")
     with qk.QueueSession() as qs:
         batch = _ids_batch(files)
@@ -617,7 +617,7 @@ def test_an_evaluation_restoring_a_mid_epoch_training_checkpoint_counts_every_re
     with qk.QueueSession() as qs:
         _consume(qs, _ids_batch(files), 7)
         v1.train.Saver().save(qs, str(ckdir / "model"))
-    caplog.set_level("INFO", logger="queuekit.resume.tally")
+    caplog.set_level("INFO", logger="queuekit.resume")
     with qk.QueueSession(checkpoint_dir=str(ckdir) if restore == "checkpoint_dir" else None) as qs:
         batch = _eval_ids(files)
         if restore == "saver":
@@ -634,7 +634,7 @@ def test_an_evaluation_restoring_a_mid_epoch_training_checkpoint_counts_every_re
 def test_a_graph_trains_with_an_optimizer_or_a_global_step_increment():
     """What counts as training: an optimizer's update, or the global step incremented; a
     graph that only reads the step and computes a metric does not."""
-    from queuekit.resume.tally import trains
+    from queuekit.resume.restore import trains
 
     def graph(build):
         g = tf.Graph()

@@ -65,8 +65,7 @@ def state_size(n_files=1000, per_file=100, in_flight=10_000, seed=0):
     """Bytes of the saved state: 40% of the files consumed, 10,000 records read past that
     (the shuffle buffer) of which a random half consumed."""
     sys.path.insert(0, ROOT)
-    from queuekit.resume.file import rle
-    from queuekit.resume.tally import FORMAT
+    from queuekit.resume.file import FORMAT, rle
 
     rng = np.random.default_rng(seed)
     counts = np.zeros(n_files * per_file, np.int64)

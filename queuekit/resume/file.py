@@ -28,6 +28,7 @@ from queuekit.errors import DatasetError
 log = logging.getLogger(__name__)
 
 SUFFIX = ".queuekit-input"
+FORMAT = 1  # what a position file says it is
 MAX_BYTES = 64 * 2**20  # a position of 1,000 files and a 10,000-record buffer is ~100 KB
 _SAMPLES = 8  # pieces of a file hashed into its fingerprint, spread over the whole file
 _SAMPLE_BYTES = 4096
@@ -248,3 +249,16 @@ def _alive(pid: int) -> bool:
     except (PermissionError, OverflowError):
         return True  # another user's live process (or not a pid): not ours to judge
     return True
+
+
+def work_files(work) -> list[list]:
+    """A work queue's files as a checkpoint names them: ``[name, size, 0]`` (size -1 where
+    the chief cannot see the file: the workers read it)."""
+    out = []
+    for f in work.files:
+        try:
+            size = tf.io.gfile.stat(f).length
+        except tf.errors.OpError:
+            size = -1
+        out.append([f, size, 0])
+    return out

@@ -21,13 +21,14 @@ the files and what is in flight: each file's counts are run-length encoded
 
 On restore (``checkpoint_dir``, ``saver.restore(qs, path)`` before the first
 run, a session creator's restore of ``checkpoint_dir``) the session reads that
-file before any runner starts: each pipeline's producer restarts at the
-oldest epoch not finished, and its runner threads drop, per record, the reads
-already consumed (counted down here, in Python, under a lock: two readers can
-read the same record at once, one pass of it in each of two epochs), feeding
-the others to the enqueue op, until nothing is left to skip. The files must be
-those the checkpoint saw (same names, same sizes), or the restore is a
-:class:`DatasetError` naming the first one that differs.
+file before any runner starts (:mod:`queuekit.resume.restore`, loaded only then):
+each pipeline's producer restarts at the oldest epoch not finished, and its
+runner threads drop, per record, the reads already consumed (counted down here,
+in Python, under a lock: two readers can read the same record at once, one pass
+of it in each of two epochs), feeding the others to the enqueue op, until
+nothing is left to skip. The files must be those the checkpoint saw (same
+content), or the restore is a :class:`DatasetError` naming the first one that
+differs.
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from queuekit.errors import DatasetError
 from queuekit.features import Feature
 from queuekit.graph_keys import GraphKeys, graph_objects
 from queuekit.graph_walk import checkpoint_run, ops_above
@@ -67,7 +67,6 @@ def _keys():
 
 
 _DRAIN_RUNS = 1000  # runs between two drains of the graph's queue (its memory)
-FORMAT = 1
 
 
 class Tally:
@@ -79,8 +78,8 @@ class Tally:
         self.files = list(position.files)
         self._file_index = {os.fsencode(f): i for i, f in enumerate(self.files)}
         self.sizes = [os.path.getsize(f) for f in self.files]
-        self._places = [_record_places(f, position) for f in self.files]
-        self.counts = [np.zeros(len(p), np.int64) for p in self._places]
+        self.places = [_record_places(f, position) for f in self.files]
+        self.counts = [np.zeros(len(p), np.int64) for p in self.places]
         self._skip: dict[bytes, int] = {}  # reader key -> its reads still to drop
         self.pending = 0  # reads still to drop (their sum)
         self._skip_lock = threading.Lock()  # the runner threads count down together
@@ -110,7 +109,7 @@ class Tally:
             i = self._file_index.get(bytes(name))
             if i is None or not len(self.counts[i]):
                 continue
-            index = np.searchsorted(self._places[i], places[mine])
+            index = np.searchsorted(self.places[i], places[mine])
             np.add.at(self.counts[i], np.minimum(index, len(self.counts[i]) - 1), 1)
 
     def keep(self, keys) -> np.ndarray:
@@ -129,6 +128,15 @@ class Tally:
                         self._skip[key] = left - 1
         return keep
 
+    def start_from(self, counts: list[np.ndarray], skips: dict[bytes, int], sess) -> None:
+        """Continue from a checkpoint's ``counts`` (:mod:`queuekit.resume.restore`), the
+        runner threads dropping ``skips`` (reader key -> reads to drop) before the rest."""
+        with self._skip_lock:
+            self._skip = dict(skips)
+            self.pending = sum(skips.values())
+        self.drain(sess)  # nothing was consumed yet: empty
+        self.counts = counts
+
     def state(self, sess) -> dict[str, Any]:
         self.drain(sess)
         p = self.position
@@ -138,60 +146,6 @@ class Tally:
                           zip(self.files, self.sizes, self.counts, self.prints, strict=True)],
                 "counts": [_file().rle(c) for c in self.counts]}
 
-    def matches(self, state: dict[str, Any]) -> dict[str, str] | None:
-        """Which of this pipeline's files each file of a checkpoint's pipeline ``state`` is
-        (:func:`~queuekit.resume.file.match_files`); None: another input."""
-        saved = [(str(e[0]), int(e[1]), int(e[2]), str(e[3]) if len(e) > 3 else None)
-                 for e in state["files"]]
-        now = list(zip(self.files, self.sizes, (len(c) for c in self.counts), self.prints,
-                       strict=True))
-        return _file().match_files(saved, now, self.position.name)
-
-    def resume(self, state: dict[str, Any], sess) -> bool:
-        """Continue from a checkpoint's ``state`` of this pipeline; False when it is another
-        input altogether (no file in common)."""
-        p = self.position
-        then = (state.get("kind"), state.get("num_epochs"), bool(state.get("shuffle")))
-        if then != (p.record_kind, p.num_epochs, p.shuffle):
-            # Another pipeline over the same files: an evaluation (num_epochs=1, in order)
-            # restoring a training checkpoint must read its epoch whole.
-            log.info("pipeline %s: the checkpoint's pipeline of that name read these files "
-                     "as %s (kind, num_epochs, shuffle), this one as %s: starting at the "
-                     "beginning", p.name, then, (p.record_kind, p.num_epochs, p.shuffle))
-            return False
-        mapping = self.matches(state)
-        if mapping is None:
-            log.info("pipeline %s: the checkpoint's input of that name reads other files; "
-                     "starting at the beginning", p.name)
-            return False
-        by_name = {mapping[str(e[0])]: _file().unrle(runs, int(e[2]), p.num_epochs)
-                   for runs, e in zip(state["counts"], state["files"], strict=True)}
-        counts = [by_name[f] for f in self.files]  # in this pipeline's order, whatever it was
-        done = min((int(c.min()) for c in counts if len(c)), default=0)
-        keys, skips, whole = [], [], []
-        for path, item, places, c in zip(self.files, p.items, self._places, counts,
-                                         strict=True):
-            base = done
-            if len(c) and int(c.min()) > done:  # consumed whole in epoch `done`: not read
-                whole.append(item)
-                base = done + 1
-            ahead = np.nonzero(c > base)[0]
-            name = os.fsencode(path)  # as the reader reports it, also when not UTF-8
-            keys += [name + b":%d" % int(places[i]) for i in ahead]
-            skips += [int(c[i] - base) for i in ahead]
-        epoch = done if p.num_epochs is None else min(done, p.num_epochs)
-        sess.run(p.set_epoch, {p.epoch_value: epoch})
-        if whole:
-            sess.run(p.drop_files, {p.consumed_whole: whole})
-        with self._skip_lock:
-            self._skip = dict(zip(keys, skips, strict=True))
-            self.pending = sum(skips)
-        self.drain(sess)  # nothing was consumed yet: empty
-        self.counts = counts
-        log.info("pipeline %s resumes in epoch %d: %d file(s) of it consumed whole before the "
-                 "checkpoint are left out, %d record(s) skipped", p.name, epoch, len(whole),
-                 len(keys))
-        return True
 
 
 def _record_places(path: str, position) -> np.ndarray:
@@ -237,8 +191,10 @@ class InputPositions(Feature):
 
     def created(self, restored: str | None) -> None:
         resume = self.running.options.get("resume_input")
-        if resume is not False and self.running.chief:
-            self.resume(restored, self._sess, always=resume is True)
+        if restored is not None and resume is not False and self.running.chief:
+            from queuekit.resume.restore import resume_input  # only a restore needs it
+
+            self.work_resume = resume_input(self, restored, self._sess, always=resume is True)
 
     def chief_work(self) -> list:
         """The threads of every work queue this chief keeps the books of."""
@@ -270,8 +226,8 @@ class InputPositions(Feature):
                 t.drain(self._sess)
 
     def state(self) -> dict[str, Any]:
-        return {"format": FORMAT, "pipelines": [t.state(self._sess) for t in self.tallies],
-                "work_queues": [dict(t.state(), files=_work_files(t.work))
+        return {"format": _file().FORMAT, "pipelines": [t.state(self._sess) for t in self.tallies],
+                "work_queues": [dict(t.state(), files=_file().work_files(t.work))
                                 for t in self.chief_work()]}
 
     def save(self, prefix: str) -> None:
@@ -330,65 +286,6 @@ class InputPositions(Feature):
                         "is not applied (restore before the first run, or pass "
                         "checkpoint_dir)", prefix)
 
-    def resume(self, prefix: str | None, sess, *, always: bool = False) -> None:
-        """Continue every pipeline from the input state saved with checkpoint ``prefix``;
-        unless ``always``, only in a graph that trains (:func:`trains`)."""
-        if prefix is None:
-            return
-        if not always and not trains(self._graph):
-            log.info("restored %s into a graph that trains nothing (an evaluation): its "
-                     "input starts at the beginning, every record read once per epoch; "
-                     "QueueSession(resume_input=True) resumes it", prefix)
-            return
-        warn_unresumable(self._graph, {t.position.producer_queue for t in self.tallies},
-                          prefix)
-        if not self.tallies and not self.works:
-            return
-        path = prefix + _file().SUFFIX
-        state = _file().read_position(path)
-        if state is None:
-            log.warning("checkpoint %s has no input position (written outside a queuekit "
-                        "session, or by an earlier version): the input starts its epoch over",
-                        prefix)
-            return
-        if state.get("format") != FORMAT:
-            raise DatasetError(f"{path}: an input position of an unknown format")
-        saved = {p["name"]: p for p in state.get("pipelines", [])}
-        books = {w.get("name"): w for w in state.get("work_queues", []) if isinstance(w, dict)}
-        try:
-            for tally in self.tallies:
-                found = self._saved_for(tally, saved, path)
-                if found is not None:
-                    tally.resume(found, sess)
-            for work in self.works:
-                if work.name in books:
-                    self.work_resume[work.name] = _work_resume(work, books[work.name])
-        except DatasetError:
-            raise  # names the file that differs, or what the position claims
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise DatasetError(f"{path}: a malformed input position ({e!r})") from e
-        if saved:
-            log.warning("%s: the input position of pipeline(s) %s matched no pipeline of this "
-                        "graph (%s): nothing of it is applied", path, ", ".join(sorted(saved)),
-                        ", ".join(t.position.name for t in self.tallies) or "none")
-
-    @staticmethod
-    def _saved_for(tally: Tally, saved: dict[str, dict], path: str) -> dict | None:
-        """The checkpoint's pipeline ``tally`` continues, taken out of ``saved``: the one of
-        its name, else one that read the same files (a script that renamed its pipeline, or
-        built another first)."""
-        if tally.position.name in saved:
-            return saved.pop(tally.position.name)
-        for name, state in saved.items():
-            try:
-                same = tally.matches(state)
-            except DatasetError:
-                same = None
-            if same is not None:
-                log.warning("%s: pipeline %s continues the checkpoint's pipeline %s, which "
-                            "read the same files", path, tally.position.name, name)
-                return saved.pop(name)
-        return None
 
 
 def _reader_of(op, tallies):
@@ -405,63 +302,6 @@ def _reader_of(op, tallies):
     return None
 
 
-def _work_files(work) -> list[list]:
-    """A work queue's files as a checkpoint names them: ``[name, size, 0]`` (size -1 where
-    the chief cannot see the file: the workers read it)."""
-    out = []
-    for f in work.files:
-        try:
-            size = tf.io.gfile.stat(f).length
-        except tf.errors.OpError:
-            size = -1
-        out.append([f, size, 0])
-    return out
-
-
-def _work_resume(work, saved: dict[str, Any]) -> tuple[int, list[str]]:
-    """(next epoch, entries to fill again) of a work queue from its checkpoint's books,
-    checked against the files it reads now (the file is untrusted input)."""
-    then = {str(f): int(size) for f, size, _ in saved["files"]}
-    now = {f: size for f, size, _ in _work_files(work)}
-    for f, size in now.items():  # a size one side could not see is no difference
-        if f in then and min(size, then[f]) < 0:
-            now[f] = then[f]
-    if _file().match_files([(f, size, 0, None) for f, size in then.items()],
-                   [(f, size, 0, "") for f, size in now.items()], work.name) is None and then:
-        raise ValueError(f"none of the files {sorted(then)[:3]} is read now")
-    epoch = int(saved["epoch"])
-    if epoch < 0 or (work.num_epochs is not None and epoch > work.num_epochs):
-        raise ValueError(f"epoch {epoch}")
-    entries = [str(e) for e in saved["unfinished"]]
-    for e in entries:
-        at, _, file = e.partition("\t")
-        if file not in now or not 0 <= int(at) < max(epoch, 1):
-            raise ValueError(f"entry {e!r}")
-    log.info("work queue %s resumes from its checkpoint: %d file(s) to read again, then "
-             "epoch %d", work.name, len(entries), epoch)
-    return epoch, entries
-
-
-# What an optimizer's update of a variable runs (minimize(), apply_gradients()).
-_UPDATE_PREFIXES = ("Apply", "ResourceApply", "SparseApply", "ResourceSparseApply")
-_INCREMENTS = ("AssignAdd", "AssignAddVariableOp")
-
-
-def trains(graph: tf.Graph) -> bool:
-    """Whether ``graph`` trains: an optimizer's update op, a gradient, or an op that
-    increments the global step. A restore into a graph that does not is an evaluation of
-    that checkpoint, not a resume of its input: resuming would evaluate only the records
-    training had not consumed yet (80 of 120, or none, silently; #44)."""
-    step = tf.compat.v1.train.get_global_step(graph)
-    step_op = None if step is None else step.op
-    for op in graph.get_operations():
-        if op.type.startswith(_UPDATE_PREFIXES) or op.name.startswith("gradients/"):
-            return True
-        if op.type in _INCREMENTS and step_op is not None and op.inputs[0].op is step_op:
-            return True
-    return False
-
-
 def for_session(running) -> InputPositions | None:
     """The input position's feature for a started session: where the graph has resumable
     pipelines, or work queues whose books this chief keeps."""
@@ -470,15 +310,3 @@ def for_session(running) -> InputPositions | None:
             running.chief and graph_objects(graph, GraphKeys.WORK_QUEUES)):
         return InputPositions(running)
     return None
-
-
-def warn_unresumable(graph: tf.Graph, ours: set[str], prefix: str) -> None:
-    """Say so when a restored job has input producers queuekit cannot resume (a hand-built
-    ``string_input_producer`` or ``slice_input_producer``)."""
-    theirs = sorted({qr.queue.queue_ref.op.name for qr in
-                     graph.get_collection(tf.compat.v1.GraphKeys.QUEUE_RUNNERS)
-                     if "input_producer" in qr.queue.queue_ref.op.name} - ours)
-    if theirs:
-        log.warning("restored %s: the input of %s (not built by queuekit's builders) "
-                    "starts over: records read before the checkpoint are read again in this "
-                    "epoch", prefix, ", ".join(theirs))

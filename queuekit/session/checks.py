@@ -31,7 +31,7 @@ class InputChecks(Feature):
     def created(self, restored: str | None) -> None:
         self._check()
         if restored and not graph_objects(self.running.graph, GraphKeys.INPUT_POSITIONS):
-            from queuekit.resume.tally import warn_unresumable  # only after a restore
+            from queuekit.resume.restore import warn_unresumable  # only after a restore
             warn_unresumable(self.running.graph, set(), restored)
 
     def starting(self, runners) -> dict:
