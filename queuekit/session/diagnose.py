@@ -2,7 +2,7 @@
 
 TensorFlow's readers report ``corrupted record at 213506`` without the file, a
 decode error names no image, a parse error no record. The graph knows more: the
-files its readers read (``graph_files.py``). Loaded only when a runner fails.
+files its readers read (``checks.py``). Loaded only when a runner fails.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from queuekit.errors import BadRecordError
 from queuekit.records.proto import first_value, parse_example
 from queuekit.records.schema import detect
 from queuekit.records.tfrecord import Corruption, Record, record_at, scan_records
-from queuekit.session.graph_files import MAX_FILES, reader_files, upstream_files
+from queuekit.session.checks import MAX_FILES, reader_files, upstream_files
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,7 @@ import tensorflow as tf
 
 from queuekit.errors import DatasetError, PipelineStalled
 from queuekit.records.tfrecord import has_records
-from queuekit.session.checks import changed_while_read, check_inputs
-from queuekit.session.graph_files import empty_files, upstream_files
+from queuekit.session.checks import changed_while_read, check_inputs, empty_files, upstream_files
 from queuekit.session.interrupt import ROUTER, SessionSignals
 from queuekit.session.policy import RunState, warn_dropped
 from queuekit.session.queue_ops import QUEUE_OP_TYPES, owned
