@@ -95,6 +95,40 @@ def test_a_builders_auto_readers_are_named_in_the_advice(tmp_path):
         assert "tuned ('auto')" in str(report)
 
 
+@pytest.mark.parametrize("case", ["parse_fn", "parse_fn, read_many=16", "images"])
+def test_the_report_knows_whether_the_readers_read_many(tmp_path, case):
+    """On "auto": a parse_fn's readers read one record a run by default, a vector of them
+    with read_many; small image records are read many at a time, into a batch made ready
+    by one more stage. The report of the queue the steps take from says which, and an
+    input-bound verdict's advice follows it."""
+    import dataclasses
+
+    from tests.helpers import write_id_records, write_image_records
+
+    spec = {"id": tf.io.FixedLenFeature([], tf.int64)}
+    with qk.QueueSession() as qs:
+        if case == "images":
+            path = write_image_records(tmp_path / "img.tfrecords", range(64))
+            batch = qk.tfrecord_batches(path, batch_size=8, num_epochs=1, num_readers="auto",
+                                        allow_smaller_final_batch=True)
+        else:
+            path = write_id_records(tmp_path / "ids.tfrecords", 64)
+            many = 16 if "read_many" in case else None
+            parse = tf.io.parse_example if many else tf.io.parse_single_example
+            batch = qk.tfrecord_batches(path, batch_size=8, num_epochs=1, num_readers="auto",
+                                        read_many=many, parse_fn=lambda r: parse(r, spec),
+                                        allow_smaller_final_batch=True)
+        n = sum(len(b["label" if case == "images" else "id"]) for b in qs.iterate(batch))
+        (report,) = qs.input_report()
+    assert n == 64
+    many = case != "parse_fn"
+    assert report.tuned and report.reads_many == many and report.ready == (case == "images")
+    starved = dataclasses.replace(report, wait_fraction=0.8)  # the verdict, made input-bound
+    assert "input-bound" in str(starved)
+    assert ("try read_many=64" in str(starved)) == (not many)
+    assert ("what is left is their parse" in str(starved)) == many
+
+
 def test_the_hook_logs_each_window_and_writes_scalars(tmp_path, caplog):
     """InputReportHook(every_n_steps=5): a line per window in the log, the figures as
     scalars at the global step; the window's reports in `.last`."""

@@ -111,6 +111,7 @@ class InputProfile(Feature):
         self._dequeues: dict[str, tuple[str, int | None]] = {}
         self._fed: set[str] = set()  # the queues runners fill
         self._tuned: set[str] = set()
+        self._many: set[str] = set()  # queues whose readers read many records a run
         self._ready: set[str] = set()
         self._runners_seen = -1
         # Counted runs to the next traced one; before the first, the loop's time decides
@@ -245,7 +246,8 @@ class InputProfile(Feature):
                 wait_fraction=wait,
                 fill=c.filled / c.fills if c.fills else None,
                 records_per_step=c.records / c.samples if c.samples else None,
-                tuned=queue in self._tuned, ready=queue in self._ready))
+                tuned=queue in self._tuned, ready=queue in self._ready,
+                reads_many=queue in self._many))
         return reports
 
     def _refresh(self) -> bool:
@@ -258,10 +260,15 @@ class InputProfile(Feature):
         self._fed = {qr.queue.queue_ref.op.name for qr in runners}
         self._tuned = {os.fsdecode(n) for n in self._graph.get_collection(GraphKeys.AUTOTUNE)}
         self._ready = {os.fsdecode(n) for n in self._graph.get_collection(GraphKeys.READY_BATCHES)}
+        self._many = {qr.queue.queue_ref.op.name for qr in runners
+                      if qr.enqueue_ops[0].type.startswith("QueueEnqueueMany")}
         # A ready queue's batches come from the batch queue its runner takes from.
-        self._tuned |= {qr.queue.queue_ref.op.name for qr in runners
-                        if qr.queue.queue_ref.op.name in self._ready
-                        and self._tuned & set(queues_read(qr.enqueue_ops))}
+        for qr in runners:
+            name = qr.queue.queue_ref.op.name
+            if name in self._ready:
+                above = set(queues_read(qr.enqueue_ops))
+                self._tuned |= {name} if self._tuned & above else set()
+                self._many |= {name} if self._many & above else set()
         whole = self._ready | {os.fsdecode(n)
                                for n in self._graph.get_collection(GraphKeys.WHOLE_BATCHES)}
         for op in self._graph.get_operations():

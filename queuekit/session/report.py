@@ -23,6 +23,8 @@ class InputReport:
         records_per_step: records a sampled step took (its batch size).
         tuned: the queue's readers are ``num_readers="auto"``.
         ready: the queue holds batches made ready ahead of the step (``prefetch``).
+        reads_many: its readers read many records a run (``read_many``, or ``"auto"``'s
+            choice for small records), so each parse takes a vector of records.
     """
 
     queue: str
@@ -34,6 +36,7 @@ class InputReport:
     records_per_step: float | None
     tuned: bool
     ready: bool = False
+    reads_many: bool = False
 
     @property
     def records_per_sec(self) -> float | None:
@@ -88,6 +91,12 @@ class InputReport:
         if self.bound == "step-bound":
             return text + ("" if self.ready else "; qk.prefetched(batch, 2) takes the batch "
                            "out of its queue while the step runs")
-        return text + ("; the readers are tuned ('auto'): try read_many, or records cheaper "
-                       "to decode" if self.tuned else "; try num_readers='auto' or more reader "
-                       "threads")
+        if not self.tuned:
+            return text + "; try num_readers='auto' or more reader threads"
+        if self.reads_many:  # nothing per record is left to batch: the parse is the work
+            return text + ("; the readers are tuned ('auto') and read many records a run: "
+                           "what is left is their parse and decode (records cheaper to "
+                           "decode, or more cores)")
+        return text + ("; the readers are tuned ('auto') and read one record a run: try "
+                       "read_many=64 (a parse_fn then gets a vector of records: "
+                       "tf.io.parse_example, tf.io.parse_sequence_example)")
