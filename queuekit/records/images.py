@@ -10,10 +10,12 @@ import io
 import os
 import stat
 import warnings
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-import numpy as np
 from PIL import Image, ImageOps
+
+if TYPE_CHECKING:
+    import numpy as np
 
 IMAGE_EXTENSIONS = frozenset({
     ".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm",
@@ -26,6 +28,8 @@ MAX_PIXELS = 89_478_485
 
 def load_rgb(path: str, size: tuple[int, int], *, max_pixels: int = MAX_PIXELS) -> np.ndarray:
     """Like :func:`load_rgb_image`, as a uint8 [height, width, 3] array."""
+    import numpy as np
+
     return np.asarray(load_rgb_image(path, size, max_pixels=max_pixels), dtype=np.uint8)
 
 
@@ -84,6 +88,8 @@ def _to_rgb(im: Image.Image) -> Image.Image:
         base = Image.new("RGBA", rgba.size, BACKGROUND + (255,))
         return Image.alpha_composite(base, rgba).convert("RGB")
     if mode.startswith("I;16") or mode in ("I", "F"):
+        import numpy as np  # only here: make's workers start without it (#47)
+
         a = np.asarray(im).astype(np.float64)
         top = 65535.0 if (mode.startswith("I;16") or a.max(initial=0) > 255) else 255.0
         a = np.clip(a * (255.0 / top), 0, 255).round().astype(np.uint8)
