@@ -257,6 +257,16 @@ def _whole_run(run, fetch, step: float, started: tuple[float, float],
 def _measure(spec) -> BenchRow:
     _tf()  # imported before the clock starts: a whole run's time is its pipeline's
     import queuekit.pipelines.builders  # noqa: F401
+
+    # And what a session loads (its features by name, at start): where Python writes no
+    # bytecode, compiling them was up to 40 ms of a whole run's clock, on queuekit's rows
+    # only (the tuner's on "auto"'s only).
+    import queuekit.resume.keys  # noqa: F401
+    import queuekit.resume.tally  # noqa: F401
+    import queuekit.session.checks  # noqa: F401
+    import queuekit.session.profile  # noqa: F401
+    import queuekit.session.queue_session  # noqa: F401
+    import queuekit.session.tuner  # noqa: F401
     started = time.perf_counter(), time.process_time()
     graph, fetch, layout = _graph(spec)
     row = BenchRow(spec["kind"], spec["readers"], spec["threads"], spec["read_many"],
