@@ -381,6 +381,21 @@ def test_auto_builds_two_readers_per_core_and_starts_at_one_per_core(tmp_path, m
     assert sorted(names) == sorted(f"id{i}" for i in range(80))
 
 
+def test_auto_over_small_raw_records_read_many_builds_one_reader_per_core(tmp_path,
+                                                                          monkeypatch):
+    """72-byte raw images are read 64 a run under "auto": it builds one reader per core (2
+    to 16) rather than two, and starts at one; a max_readers given is kept. Every record
+    is still read once."""
+    state, graph, names = _at_start(monkeypatch, tmp_path, "raw")
+    built = max(2, min(os.cpu_count() or 1, 16))
+    assert (state.maximum, state.active) == (built, 1)
+    assert _readers(graph) == built
+    assert sorted(names) == sorted(f"id{i}" for i in range(80))
+    (tmp_path / "given").mkdir()
+    state, graph, _ = _at_start(monkeypatch, tmp_path / "given", "raw", max_readers=5)
+    assert (state.maximum, _readers(graph)) == (5, 5)
+
+
 def _at_start(monkeypatch, tmp_path, fmt, **kwargs):
     """(the tuner's state at its start, the graph, every record's name) of "auto" readers
     of 4 files of 20 images."""

@@ -47,7 +47,8 @@ AUTO_READ_MAX_RECORD = 64 * 2**10
 
 def default_max_threads() -> int:
     """The most readers ``"auto"`` builds (threads, for ``image_folder_batches``): two per
-    core, 4 to 16; the tuner starts at half of them, one per core.
+    core, 4 to 16; the tuner starts at half of them, one per core (for raw records read
+    many at a time, :func:`auto_max_readers`).
 
     Every reader built costs its ops at build and its callable at start, run or
     paused: on 2 cores, 8 built (4 active) took a whole run of 3 passes over 1,000
@@ -57,6 +58,23 @@ def default_max_threads() -> int:
     readers wait on their files or share a decode.
     """
     return max(4, min(2 * (os.cpu_count() or 1), 16))
+
+
+def auto_max_readers(max_readers: int | None, *, raw_many: bool) -> int | None:
+    """The most readers ``"auto"`` builds: ``max_readers`` as given; else, for raw records
+    read many at a time (``raw_many``: no decode, no ``parse_fn``, local files), one per
+    core, 2 to 16; else None, :func:`default_max_threads`.
+
+    Such reads cost a run for many records and the tuner starts them at one reader;
+    the fastest fixed row on 12 KB records read 64 at a time was one reader. The two
+    readers per core built beside it cost every run: whole runs of 3 passes over
+    2,000 records took 0.671 s with 4 built and 0.547 s with 2 (one reader: 0.481 s),
+    of 20 passes 2.126 s and 1.859 s (1.703 s); each a median of 5-6 alternating
+    processes (``docs/autotune.rst``).
+    """
+    if max_readers is not None or not raw_many:
+        return max_readers
+    return max(2, min(os.cpu_count() or 1, 16))
 
 
 def resolve_count(name: str, value, maximum: int | None) -> tuple[int, bool]:

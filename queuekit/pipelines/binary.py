@@ -17,6 +17,7 @@ import tensorflow as tf
 from queuekit.errors import DatasetError
 from queuekit.pipelines.batching import (
     Batching,
+    auto_max_readers,
     default_readers,
     file_batches,
     read_count,
@@ -110,6 +111,8 @@ def fixed_length_batches(files, layout="cifar10", *, record_bytes: int | None = 
     header_bytes, footer_bytes = header_bytes or 0, footer_bytes or 0
     read_many = records_per_read(read_many, num_readers,
                                  raw_bytes=record_bytes if parse_fn is None else None)
+    opts = dataclasses.replace(opts, max_readers=auto_max_readers(
+        max_readers, raw_many=bool(read_many) and parse_fn is None))
     files = expand_files(files)
     if check_sizes(files, record_bytes, header_bytes, footer_bytes) == 0:
         raise DatasetError(f"no records in {', '.join(files)}")

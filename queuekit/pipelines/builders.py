@@ -20,6 +20,7 @@ from queuekit.graph_keys import FILE_KEY
 from queuekit.graph_walk import rows_where
 from queuekit.pipelines.batching import (
     Batching,
+    auto_max_readers,
     default_readers,
     file_batches,
     mark_decoding,
@@ -90,7 +91,8 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         shuffle: shuffle the file order and use a ``shuffle_batch`` queue.
         seed: seed of both shuffles (and of ``random_crop``).
         num_readers: parallel ``TFRecordReader`` ops (``batch_join``), or
-            ``"auto"``: ``max_readers`` of them (default: two per core, 4 to 16),
+            ``"auto"``: ``max_readers`` of them (default: two per core, 4 to 16;
+            one per core, 2 to 16, for raw records read many at a time),
             whose threads a :class:`~queuekit.QueueSession` runs only as many
             of as raise the rate or, when the queue is full, cost the least
             CPU per record (``qs.tuning()``); over a ``parse_fn`` given one
@@ -191,9 +193,12 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
         def parse(serialized, keys):
             return parse_records(serialized, keys, layout, many=bool(read_many))
 
+    remote = parse_fn is None and bool(record_shard or device)
     read_many = records_per_read(read_many, num_readers, raw_bytes=raw_bytes, encoded=encoded,
-                                 remote=parse_fn is None and bool(record_shard or device))
-    opts = dataclasses.replace(opts, one_reader=one_tuned_reader(parse_fn, read_many))
+                                 remote=remote)
+    raw_many = bool(read_many) and raw_bytes is not None and parse_fn is None and not remote
+    opts = dataclasses.replace(opts, one_reader=one_tuned_reader(parse_fn, read_many),
+                               max_readers=auto_max_readers(max_readers, raw_many=raw_many))
 
     def read(filename_queue):
         reader = _reader(kind)
@@ -216,7 +221,7 @@ def tfrecord_batches(files, *, batch_size: int = 32, num_epochs: int | None = No
 
     batch = file_batches(files, read, opts, read_many=read_many,
                          name=name or "tfrecord_batches", device=device)
-    tuned = resolve_count("num_readers", num_readers, max_readers)[1]
+    tuned = resolve_count("num_readers", num_readers, opts.max_readers)[1]
     if tuned and (encoded and read_many or opts.one_reader):
         mark_decoding()  # each record costs a decode, or a parse_fn: every thread starts
     return batch
