@@ -404,9 +404,9 @@ def file_batches(files, read, opts: Batching, *, read_many: int | str, name: str
             if tuned:
                 mark_tuned()
         elif variable and opts.shuffle:  # shuffle whole elements, then pad them in batches
-            element = varlen.shuffled_elements(readers, variable, capacity=capacity,
-                                        min_after_dequeue=int(min_after or 0), seed=opts.seed,
-                                        many=many)
+            element = varlen.shuffled_elements(
+                readers, variable, capacity=capacity, min_after_dequeue=int(min_after or 0),
+                seed=opts.seed, many=many)
             if tuned:
                 mark_tuned()  # the readers' runner: the shuffle queue's
             batch = make_batch([element], batch_size=opts.batch_size, shuffle=False,

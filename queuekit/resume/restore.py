@@ -177,7 +177,6 @@ def trains(graph: tf.Graph) -> bool:
     return False
 
 
-
 def warn_unresumable(graph: tf.Graph, ours: set[str], prefix: str) -> None:
     """Say so when a restored job has input producers queuekit cannot resume (a hand-built
     ``string_input_producer`` or ``slice_input_producer``)."""

@@ -147,7 +147,6 @@ class Tally:
                 "counts": [_file().rle(c) for c in self.counts]}
 
 
-
 def _record_places(path: str, position) -> np.ndarray:
     """What the reader reports for each record of ``path``: byte offsets of a TFRecord
     file's records (a walk of their headers), or fixed-length records' indexes."""
@@ -285,7 +284,6 @@ class InputPositions(Feature):
             log.warning("%s was restored while the input pipeline runs: its input position "
                         "is not applied (restore before the first run, or pass "
                         "checkpoint_dir)", prefix)
-
 
 
 def _reader_of(op, tallies):
