@@ -129,6 +129,19 @@ def test_the_report_knows_whether_the_readers_read_many(tmp_path, case):
     assert ("what is left is their parse" in str(starved)) == many
 
 
+def test_whole_batches_are_reads_of_many(tmp_path):
+    """read_many="batch": each read is a batch, queued whole; its report says so."""
+    from tests.helpers import write_image_records
+
+    path = write_image_records(tmp_path / "img.tfrecords", range(32))
+    with qk.QueueSession() as qs:
+        batch = qk.tfrecord_batches(path, batch_size=8, num_epochs=1, num_readers=2,
+                                    read_many="batch")
+        n = sum(len(b["label"]) for b in qs.iterate(batch))
+        (report,) = qs.input_report()
+    assert n == 32 and report.reads_many and not report.tuned
+
+
 def test_the_hook_logs_each_window_and_writes_scalars(tmp_path, caplog):
     """InputReportHook(every_n_steps=5): a line per window in the log, the figures as
     scalars at the global step; the window's reports in `.last`."""

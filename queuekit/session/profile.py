@@ -260,8 +260,9 @@ class InputProfile(Feature):
         self._fed = {qr.queue.queue_ref.op.name for qr in runners}
         self._tuned = {os.fsdecode(n) for n in self._graph.get_collection(GraphKeys.AUTOTUNE)}
         self._ready = {os.fsdecode(n) for n in self._graph.get_collection(GraphKeys.READY_BATCHES)}
-        self._many = {qr.queue.queue_ref.op.name for qr in runners
-                      if qr.enqueue_ops[0].type.startswith("QueueEnqueueMany")}
+        whole_reads = {os.fsdecode(n) for n in self._graph.get_collection(GraphKeys.WHOLE_BATCHES)}
+        self._many = whole_reads | {qr.queue.queue_ref.op.name for qr in runners
+                                    if qr.enqueue_ops[0].type.startswith("QueueEnqueueMany")}
         # A ready queue's batches come from the batch queue its runner takes from.
         for qr in runners:
             name = qr.queue.queue_ref.op.name
@@ -269,8 +270,7 @@ class InputProfile(Feature):
                 above = set(queues_read(qr.enqueue_ops))
                 self._tuned |= {name} if self._tuned & above else set()
                 self._many |= {name} if self._many & above else set()
-        whole = self._ready | {os.fsdecode(n)
-                               for n in self._graph.get_collection(GraphKeys.WHOLE_BATCHES)}
+        whole = self._ready | whole_reads
         for op in self._graph.get_operations():
             if op.type in DEQUEUE_OPS:
                 queue = queue_op(op.inputs[0]).name
